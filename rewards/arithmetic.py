@@ -1,0 +1,67 @@
+"""Synthetic multi-digit addition: the embedded tiny model's task, with graded difficulty.
+
+Prompt ``"a+b="``; the answer is the sum written **least-significant digit first** and ends the
+completion (the tokenizer's stop token follows). Example: ``"57+68="`` -> ``"521"`` (125 reversed).
+Writing the answer LSD-first makes every digit a local function of the operands' digits and the
+incoming carry, so a tiny model learns it within the CPU budget, while the carry chains of long
+operands remain hard: difficulty = number of digits of each operand (1..4).
+
+Reward: 1.0 when the completion (stripped) equals the reversed sum exactly, else 0.0.
+
+Splits are disjoint by construction: a pair (a, b) is held out when a keyed hash of it falls in the
+held-out fifth, so train and held-out never share an item; draws come from a generator keyed by
+(seed, split, difficulty).
+"""
+from __future__ import annotations
+
+import hashlib
+
+from arena.rng import numpy_generator
+from rewards.base import chat_prompt
+
+LEVELS = (1, 2, 3, 4)
+SPLITS = ("train", "heldout")
+
+
+def _is_heldout(a: int, b: int) -> bool:
+    digest = hashlib.blake2b(f"{a}+{b}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % 5 == 0
+
+
+class ArithmeticTask:
+    name = "arithmetic"
+    reward_range = (0.0, 1.0)
+
+    def reward(self, completion: str, example: dict) -> float:
+        try:
+            return 1.0 if completion.strip() == example["answer"] else 0.0
+        except Exception:
+            return 0.0
+
+    def prompt(self, example: dict, tokenizer=None) -> str:
+        text = f"{example['a']}+{example['b']}="
+        return text if tokenizer is None else chat_prompt(text, tokenizer)
+
+    def make(self, a: int, b: int) -> dict:
+        digits = max(len(str(a)), len(str(b)))
+        return {"a": a, "b": b, "answer": str(a + b)[::-1], "difficulty": digits}
+
+    def examples(self, split: str, n: int | None = None, seed: int = 0, source: str | None = None) -> list[dict]:
+        """``n`` items (default 64 per level), balanced over difficulty levels, deterministic in ``seed``."""
+        if split not in SPLITS:
+            raise ValueError(f"arithmetic: unknown split {split!r}; expected one of {SPLITS}")
+        if source is not None:
+            raise ValueError("arithmetic: items are generated from the seed; 'source' is not supported")
+        n = 64 * len(LEVELS) if n is None else n
+        heldout = split == "heldout"
+        items = []
+        for i in range(n):
+            digits = LEVELS[i % len(LEVELS)]
+            rng = numpy_generator(seed, SPLITS.index(split), int(digits), i)
+            lo, hi = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits
+            while True:
+                a, b = (int(x) for x in rng.integers(lo, hi, size=2))
+                if _is_heldout(a, b) == heldout:
+                    break
+            items.append(self.make(a, b))
+        return items

@@ -1,0 +1,55 @@
+"""The task contract shared by every reward task.
+
+A task is data plus pure functions: it makes prompts from examples, scores completions, and yields
+deterministic train / held-out splits. Rewards never raise and never leave their documented range.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+class Task(Protocol):
+    name: str
+    reward_range: tuple[float, float]
+
+    def reward(self, completion: str, example: dict) -> float: ...
+
+    def prompt(self, example: dict, tokenizer: Any = None) -> str: ...
+
+    def examples(self, split: str, n: int | None = None, seed: int = 0, source: str | None = None) -> list[dict]: ...
+
+
+def last_answer(text: str) -> str | None:
+    """Content of the last complete ``<answer>...</answer>`` pair (multi-line allowed), else None."""
+    matches = ANSWER_RE.findall(text)
+    return matches[-1] if matches else None
+
+
+def chat_prompt(text: str, tokenizer: Any = None) -> str:
+    """``text`` as a single user turn in the tokenizer's chat template; plain text without one."""
+    template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
+    if not template:
+        return text
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Name -> task factory, with an error that lists the known names."""
+
+    factories: dict[str, Callable[[], Task]] = field(default_factory=dict)
+
+    def add(self, name: str, factory: Callable[[], Task]) -> None:
+        self.factories[name] = factory
+
+    def get(self, name: str) -> Task:
+        if name not in self.factories:
+            known = ", ".join(sorted(self.factories))
+            raise KeyError(f"unknown task {name!r}; known tasks: {known}")
+        return self.factories[name]()
