@@ -9,9 +9,13 @@ def get_task(name: str) -> Task:
 
 
 def _register_builtin() -> None:
-    from rewards import arithmetic
+    from rewards import arithmetic, countdown, gsm8k, math500, sudoku4
 
     TASKS.add("arithmetic", arithmetic.ArithmeticTask)
+    TASKS.add("countdown", countdown.CountdownTask)
+    TASKS.add("gsm8k", gsm8k.GSM8KTask)
+    TASKS.add("math500", math500.Math500Task)
+    TASKS.add("sudoku4", sudoku4.Sudoku4Task)
 
 
 _register_builtin()

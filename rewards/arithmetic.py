@@ -14,18 +14,11 @@ held-out fifth, so train and held-out never share an item; draws come from a gen
 """
 from __future__ import annotations
 
-import hashlib
-
 from arena.rng import numpy_generator
 from rewards.base import chat_prompt
+from rewards.data import SPLITS, check_split, is_heldout
 
 LEVELS = (1, 2, 3, 4)
-SPLITS = ("train", "heldout")
-
-
-def _is_heldout(a: int, b: int) -> bool:
-    digest = hashlib.blake2b(f"{a}+{b}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % 5 == 0
 
 
 class ArithmeticTask:
@@ -48,8 +41,7 @@ class ArithmeticTask:
 
     def examples(self, split: str, n: int | None = None, seed: int = 0, source: str | None = None) -> list[dict]:
         """``n`` items (default 64 per level), balanced over difficulty levels, deterministic in ``seed``."""
-        if split not in SPLITS:
-            raise ValueError(f"arithmetic: unknown split {split!r}; expected one of {SPLITS}")
+        check_split(self.name, split)
         if source is not None:
             raise ValueError("arithmetic: items are generated from the seed; 'source' is not supported")
         n = 64 * len(LEVELS) if n is None else n
@@ -61,7 +53,7 @@ class ArithmeticTask:
             lo, hi = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits
             while True:
                 a, b = (int(x) for x in rng.integers(lo, hi, size=2))
-                if _is_heldout(a, b) == heldout:
+                if is_heldout(f"{a}+{b}") == heldout:
                     break
             items.append(self.make(a, b))
         return items

@@ -5,11 +5,10 @@ deterministic train / held-out splits. Rewards never raise and never leave their
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+OPEN, CLOSE = "<answer>", "</answer>"
 
 
 class Task(Protocol):
@@ -24,9 +23,18 @@ class Task(Protocol):
 
 
 def last_answer(text: str) -> str | None:
-    """Content of the last complete ``<answer>...</answer>`` pair (multi-line allowed), else None."""
-    matches = ANSWER_RE.findall(text)
-    return matches[-1] if matches else None
+    """Content of the last complete ``<answer>...</answer>`` pair (multi-line allowed), else None.
+
+    The last opening tag before the last closing tag, up to its nearest closing tag: nested tags
+    give the innermost answer. Found with ``rfind`` so the time is linear in the text, where a
+    non-greedy regex is quadratic on many unclosed ``<answer>`` tags.
+    """
+    close = text.rfind(CLOSE)
+    start = text.rfind(OPEN, 0, close) if close > 0 else -1
+    if start < 0:
+        return None
+    start += len(OPEN)
+    return text[start : text.find(CLOSE, start)]
 
 
 def chat_prompt(text: str, tokenizer: Any = None) -> str:
