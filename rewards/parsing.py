@@ -16,7 +16,8 @@ MAX_ANSWER = 1_000
 # Longer digit strings are never a task's answer, and int() of huge strings is slow or refused.
 MAX_DIGITS = 40
 
-NUMBER_RE = re.compile(r"(?<![\d.])[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\d)")
+# Not after a letter, digit or point, so "1e72" or "3.14" give no extra number; "5-3" ends in 3.
+NUMBER_RE = re.compile(r"(?<![A-Za-z0-9.])[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?!\d)")
 # What to_fraction accepts: no exponents, which Fraction would expand in full.
 EXACT_RE = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 
