@@ -1,0 +1,161 @@
+"""The block-diffusion policy: Fast-dLLM v2 weights in transformers' own Qwen2 classes.
+
+Fast-dLLM v2 (arXiv 2509.26328) is stock Qwen2.5 trained with a block-diffusion objective; its
+checkpoint tensors carry plain Qwen2 names, so ``Qwen2ForCausalLM`` loads them without
+``trust_remote_code``. Everything that makes it a block-diffusion model (masks, positions, token
+shift) is in ``arena.layout``; this module only loads, saves and runs the network.
+
+Token ids come from the checkpoint: the mask id is the tokenizer's ``|<MASK>|`` token, the stop id
+is ``config.eos_token_id``, the block size is ``config.bd_size``.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from arena.layout import PackedLayout
+
+MASK_TOKEN = "|<MASK>|"
+FAST_DLLM_KEYS = {  # what the real checkpoint's config.json adds on top of Qwen2's
+    "architectures": ["Fast_dLLM_QwenForCausalLM"],
+    "model_type": "Fast_dLLM_Qwen",
+    "auto_map": {
+        "AutoConfig": "configuration.Fast_dLLM_QwenConfig",
+        "AutoModel": "modeling.Fast_dLLM_QwenModel",
+        "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM",
+    },
+}
+DEFAULT_SUB_BLOCK = 8  # Fast-dLLM v2's small_block_size; the real config does not store it
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be found or read; the message names what was tried."""
+
+
+@dataclass
+class Policy:
+    model: Any  # Qwen2ForCausalLM, possibly wrapped by peft
+    tokenizer: Any
+    mask_id: int
+    eos_id: int
+    pad_id: int
+    block_size: int
+    sub_block: int
+    source: str = ""
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def hidden(self, input_ids, position_ids, attention_mask, cache=None) -> torch.Tensor:
+        """Last hidden states (after the final norm) for an explicit 4D boolean mask."""
+        decoder = self.model.get_decoder()
+        kwargs = {_cache_argument(decoder): cache, "use_cache": cache is not None}
+        out = decoder(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask, **kwargs)
+        return out.last_hidden_state
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.get_output_embeddings()(hidden).float()
+
+    def packed_hidden(self, clean: torch.Tensor, valid: torch.Tensor, noisy: torch.Tensor, layout: PackedLayout):
+        """One forward over [clean | noisy_1..K]: clean (b, T), valid (b, T), noisy (b, K, T - noisy_start)."""
+        mask = layout.attention_mask(valid)
+        return self.hidden(layout.pack(clean, noisy), layout.position_ids(clean.shape[0], clean.device), mask)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+def _cache_argument(decoder) -> str:
+    # transformers 5.x renamed ``past_key_values`` to ``cache`` on the decoder forward.
+    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+
+
+def qwen2_config(fields: dict):
+    """Qwen2Config from a Fast-dLLM v2 config.json (drops its remote-code keys)."""
+    from transformers import Qwen2Config
+
+    kept = {k: v for k, v in fields.items() if k not in FAST_DLLM_KEYS and k not in ("transformers_version",)}
+    return Qwen2Config(**kept)
+
+
+def resolve_checkpoint(source: str) -> Path:
+    """A local directory, or a hub id fetched (or found in the local hub cache) by huggingface_hub."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path
+    tried = [f"local directory {str(path)!r}: not found"]
+    if source.count("/") == 1 and not source.startswith((".", "/", "~")):
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(source))
+        except Exception as error:  # offline, unknown repo, gated, ...
+            tried.append(f"hub id {source!r}: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
+    raise CheckpointError(
+        f"could not load a Fast-dLLM v2 checkpoint from {source!r}; tried " + "; ".join(tried)
+        + ". Use --model tiny for the embedded tiny model."
+    )
+
+
+def load_policy(source: str, device: str | None = None, dtype: torch.dtype | None = None) -> Policy:
+    """Load ``tiny`` (built and cached on first use), a local checkpoint directory, or a hub id."""
+    if source == "tiny":
+        from arena.tiny import pretrained_path
+
+        return load_policy(str(pretrained_path()), device, dtype)
+    path = resolve_checkpoint(source)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
+    try:
+        from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+        fields = json.loads((path / "config.json").read_text())
+        if "bd_size" not in fields:
+            raise CheckpointError(f"{path / 'config.json'} has no 'bd_size': not a Fast-dLLM v2 checkpoint")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        config = qwen2_config(fields)
+        mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+        if mask_id is None or mask_id == tokenizer.unk_token_id:
+            raise CheckpointError(f"the tokenizer in {path} has no {MASK_TOKEN} token")
+        eos_id = int(fields["eos_token_id"])
+        # The real config sets pad = <|im_end|>, which would freeze the stop token's embedding row
+        # (nn.Embedding padding_idx gets no gradient); use the tokenizer's own pad token instead.
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+        config.pad_token_id = pad_id if pad_id != eos_id else None
+        model = Qwen2ForCausalLM.from_pretrained(path, config=config, dtype=dtype, attn_implementation="sdpa")
+    except CheckpointError:
+        raise
+    except Exception as error:
+        raise CheckpointError(
+            f"could not read the checkpoint in {path}: {type(error).__name__}: {error}. "
+            "Use --model tiny for the embedded tiny model."
+        ) from error
+    model.to(device).eval()
+    return Policy(
+        model=model, tokenizer=tokenizer, mask_id=int(mask_id), eos_id=eos_id, pad_id=int(pad_id),
+        block_size=int(fields["bd_size"]), sub_block=int(fields.get("small_block_size", DEFAULT_SUB_BLOCK)),
+        source=str(path),
+    )
+
+
+def save_checkpoint(model, tokenizer, directory: Path, block_size: int, sub_block: int | None = None,
+                    max_shard_size: str = "5GB") -> Path:
+    """Write ``model`` and ``tokenizer`` in Fast-dLLM v2's on-disk format (sharded safetensors + index)."""
+    directory = Path(directory)
+    model.save_pretrained(directory, max_shard_size=max_shard_size)
+    tokenizer.save_pretrained(directory)
+    fields = json.loads((directory / "config.json").read_text())
+    fields.update(FAST_DLLM_KEYS, bd_size=block_size)
+    if sub_block is not None:
+        fields["small_block_size"] = sub_block
+    (directory / "config.json").write_text(json.dumps(fields, indent=2, sort_keys=True))
+    return directory

@@ -1,0 +1,237 @@
+"""The embedded tiny model: Fast-dLLM v2's architecture at toy scale, trained here on CPU.
+
+Same network (transformers' Qwen2: QKV bias, SwiGLU, RMSNorm, RoPE), same conventions (block
+alignment, token shift, mask token ``|<MASK>|``, stop token ``<|im_end|>``), same on-disk format
+(``arena.policy.save_checkpoint``), so every code path that serves the real checkpoint serves it.
+Its tokenizer is character level: printable ASCII plus newline and the special tokens.
+
+Pretraining follows the Fast-dLLM v2 objective (arXiv 2509.26328 §3): per-block masking rate
+t ~ U(eps, 1), complementary masks (two noisy views that together cover every masked-able token
+once), token shift, the packed [clean | noisy] layout. One deliberate difference, so that training
+matches arena's sampler and scorer: the first token of every completion block is trained as an AR
+token from the clean stream (the sampler decodes it from the completed previous block), not
+masked in the noisy view. Completions are padded with the stop token to the block end, so the
+model learns to fill a finished block with stop tokens.
+
+The task is ``rewards.arithmetic`` (addition, answer least-significant digit first, 1-4 digit
+operands). Training is deterministic (keyed init and draws), cached on disk by config hash.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from arena.layout import PackedLayout
+from arena.policy import MASK_TOKEN, Policy, load_policy, save_checkpoint
+from arena.rng import torch_generator
+
+SPECIALS = ["<|endoftext|>", "<|im_end|>", MASK_TOKEN, "<unk>"]
+CHARS = [chr(i) for i in range(32, 127)] + ["\n"]
+FORMAT_VERSION = 1  # bump when the training recipe changes, to invalidate caches
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    layers: int = 4
+    hidden: int = 128
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 384
+    block_size: int = 8
+    sub_block: int = 4
+    steps: int = 1200
+    batch: int = 64
+    lr: float = 3e-3
+    warmup: int = 50
+    seed: int = 0
+    task: str = "arithmetic"
+    level_weights: tuple[float, ...] = (1.0, 2.0, 3.0, 3.0)  # curriculum: more hard items
+
+    def digest(self) -> str:
+        payload = json.dumps({**asdict(self), "format": FORMAT_VERSION}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def build_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(SPECIALS + CHARS)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token="<unk>",
+        additional_special_tokens=[MASK_TOKEN],
+    )
+
+
+def init_weights(model, seed: int) -> None:
+    """Keyed initialisation (no global RNG): normal(0, 0.02) matrices, zero biases, unit norms."""
+    generator = torch_generator(seed, 0)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if name.endswith("bias"):
+                param.zero_()
+            elif "norm" in name:
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, 0.02, generator=generator)
+
+
+def build_policy(config: TinyConfig = TinyConfig(), vocab: int | None = None) -> Policy:
+    """A randomly initialised tiny policy (tests use it directly; ``pretrain`` trains it)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer()
+    qwen = Qwen2Config(
+        vocab_size=vocab or len(tokenizer), hidden_size=config.hidden, intermediate_size=config.intermediate,
+        num_hidden_layers=config.layers, num_attention_heads=config.heads, num_key_value_heads=config.kv_heads,
+        max_position_embeddings=4096, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.pad_token_id, pad_token_id=tokenizer.pad_token_id,
+        attn_implementation="sdpa",
+    )
+    model = Qwen2ForCausalLM(qwen).eval()
+    init_weights(model, config.seed)
+    return Policy(
+        model=model, tokenizer=tokenizer, mask_id=tokenizer.convert_tokens_to_ids(MASK_TOKEN),
+        eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id, block_size=config.block_size,
+        sub_block=config.sub_block, source="tiny (random init)",
+    )
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ARENA_CACHE", Path.home() / ".cache" / "arena"))
+
+
+def pretrained_path(config: TinyConfig = TinyConfig(), progress: bool = True) -> Path:
+    """Directory of the pretrained tiny checkpoint, training it first if it is not cached."""
+    path = cache_root() / f"tiny-{config.digest()}"
+    if not (path / "config.json").exists():
+        pretrain(config, path, progress=progress)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# pretraining
+
+
+def training_batch(policy: Policy, examples: list[dict], task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded sequences prompt + answer + stop tokens to the block end; returns (ids, valid, target)."""
+    B, rows = policy.block_size, []
+    for example in examples:
+        prompt = policy.encode(task.prompt(example))
+        answer = policy.encode(example["answer"]) + [policy.eos_id]
+        end = -(-(len(prompt) + len(answer)) // B) * B
+        rows.append((prompt, answer + [policy.eos_id] * (end - len(prompt) - len(answer))))
+    T = max(len(p) + len(a) for p, a in rows)
+    ids = torch.full((len(rows), T), policy.pad_id, dtype=torch.long)
+    valid = torch.zeros((len(rows), T), dtype=torch.bool)
+    target = torch.zeros((len(rows), T), dtype=torch.bool)  # completion positions
+    for i, (p, a) in enumerate(rows):
+        ids[i, : len(p) + len(a)] = torch.tensor(p + a)
+        valid[i, : len(p) + len(a)] = True
+        target[i, len(p) : len(p) + len(a)] = True
+    return ids, valid, target
+
+
+def diffusion_loss(policy: Policy, ids, valid, target, generator, eps: float = 1e-3) -> torch.Tensor:
+    """Fast-dLLM v2 objective with complementary masks, summed CE / number of completion tokens."""
+    B = policy.block_size
+    batch, T = ids.shape
+    first_target = int(target.float().argmax(1).min())
+    layout = PackedLayout(T, B, n_noisy=2, noisy_start=(first_target // B) * B)
+    positions = torch.arange(T)
+    block_start = positions % B == 0
+    maskable = target & ~block_start  # block starts are AR tokens, never masked
+    rate = (1 - eps) * torch.rand(batch, T // B, generator=generator) + eps
+    mask = (torch.rand(batch, T, generator=generator) < rate.repeat_interleave(B, 1)) & maskable
+    views = torch.stack([torch.where(mask, policy.mask_id, ids), torch.where(maskable & ~mask, policy.mask_id, ids)], 1)
+    hidden = policy.packed_hidden(ids, valid, views[:, :, layout.noisy_start :], layout)
+    losses = []
+    ar_rows, ar_pos = (target & block_start).nonzero(as_tuple=True)
+    ar_index = layout.predictor_index(ar_pos)
+    losses.append(torch.nn.functional.cross_entropy(policy.logits(hidden[ar_rows, ar_index]), ids[ar_rows, ar_pos], reduction="sum"))
+    for stream, view_mask in ((1, mask), (2, maskable & ~mask)):
+        rows, pos = view_mask.nonzero(as_tuple=True)
+        index = layout.predictor_index(pos, stream)
+        losses.append(torch.nn.functional.cross_entropy(policy.logits(hidden[rows, index]), ids[rows, pos], reduction="sum"))
+    return sum(losses) / target.sum()
+
+
+def level_examples(task, config: TinyConfig, step: int) -> list[dict]:
+    """One training batch, difficulty levels drawn by the curriculum weights (keyed by step)."""
+    weights = torch.tensor(config.level_weights)
+    levels = torch.multinomial(weights, config.batch, replacement=True, generator=torch_generator(config.seed, 1, step))
+    pool = task.examples("train", n=4 * config.batch, seed=config.seed * 1_000_003 + step)
+    by_level = {}
+    for example in pool:
+        by_level.setdefault(example["difficulty"], []).append(example)
+    counters = {level: 0 for level in by_level}
+    batch = []
+    for level in (levels + 1).tolist():
+        batch.append(by_level[level][counters[level] % len(by_level[level])])
+        counters[level] += 1
+    return batch
+
+
+def pretrain(config: TinyConfig, path: Path, progress: bool = True) -> dict:
+    """Train the tiny model and write it to ``path`` (atomically); returns held-out accuracy by level."""
+    from rewards import get_task
+
+    task = get_task(config.task)
+    policy = build_policy(config)
+    model = policy.model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / config.warmup) * max(0.05, 1 - s / config.steps)
+    )
+    start = time.time()
+    bar = tqdm(range(config.steps), desc="pretrain tiny", disable=not progress)
+    for step in bar:
+        ids, valid, target = training_batch(policy, level_examples(task, config, step), task)
+        loss = diffusion_loss(policy, ids, valid, target, torch_generator(config.seed, 2, step))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+    model.eval()
+    accuracy = evaluate_levels(policy, task)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=path.name + ".tmp"))
+    save_checkpoint(model, policy.tokenizer, staging, config.block_size, config.sub_block)
+    report = {"config": asdict(config), "seconds": round(time.time() - start, 1), "heldout_accuracy": accuracy}
+    (staging / "pretrain.json").write_text(json.dumps(report, indent=2))
+    if path.exists():
+        shutil.rmtree(staging)  # another process finished first; keep its copy
+    else:
+        staging.rename(path)
+    return report
+
+
+def evaluate_levels(policy: Policy, task, per_level: int = 64, seed: int = 0) -> dict[int, float]:
+    """Greedy exact-match accuracy on the held-out split, per difficulty level."""
+    from arena.sampler import SamplerConfig, generate
+
+    examples = task.examples("heldout", n=per_level * 4, seed=seed)
+    prompts = [policy.encode(task.prompt(e)) for e in examples]
+    out = generate(policy, prompts, SamplerConfig(max_new_tokens=8), seed=seed)
+    scores: dict[int, list[float]] = {}
+    for example, text in zip(examples, out.texts):
+        scores.setdefault(example["difficulty"], []).append(task.reward(text, example))
+    return {level: sum(v) / len(v) for level, v in sorted(scores.items())}
+
+
+def load_tiny(config: TinyConfig = TinyConfig()) -> Policy:
+    return load_policy(str(pretrained_path(config)))

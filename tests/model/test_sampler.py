@@ -1,0 +1,156 @@
+"""The sampler against independent oracles: uncached decoding, single rows, the scorer, enumeration."""
+import dataclasses
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from arena.sampler import SamplerConfig, draw, generate
+from oracle import conditionals, exact_random_order_logprob, next_token_logprobs
+
+PROMPTS = [[5, 6, 7], [9, 10, 11, 12], [13] * 8, [20, 21, 22, 23, 24], [30], [40, 41, 42, 43, 44, 45, 46]]
+# prompt lengths 3, 4 (= block), 8 (multiple of the block), 5, 1, 7: every alignment case
+
+
+def test_cached_equals_uncached(tiny_policy):
+    for temperature in (0.0, 1.0):
+        config = SamplerConfig(max_new_tokens=10, temperature=temperature)
+        cached = generate(tiny_policy, PROMPTS, config, seed=3)
+        uncached = generate(tiny_policy, PROMPTS, dataclasses.replace(config, use_cache=False), seed=3)
+        assert cached.tokens == uncached.tokens
+        assert cached.steps == uncached.steps
+        assert cached.forward_tokens < uncached.forward_tokens
+
+
+def test_batch_equals_rows_alone(tiny_policy):
+    for temperature in (0.0, 0.8):  # temperature > 0 with batch > 1 crashed Fast-dLLM v2 (issue #64)
+        config = SamplerConfig(max_new_tokens=9, temperature=temperature, threshold=0.3)
+        batch = generate(tiny_policy, PROMPTS, config, seed=11)
+        for row, prompt in enumerate(PROMPTS):
+            alone = generate(tiny_policy, [prompt], config, seed=11, row_ids=[row])
+            assert alone.tokens[0] == batch.tokens[row]
+            assert alone.probs[0] == pytest.approx(batch.probs[row], rel=1e-5)
+
+
+def test_seeds_reproduce_and_differ(tiny_policy):
+    config = SamplerConfig(max_new_tokens=12, temperature=1.0)
+    a, b, c = (generate(tiny_policy, PROMPTS, config, seed=s) for s in (1, 1, 2))
+    assert a.tokens == b.tokens
+    assert a.tokens != c.tokens
+
+
+def test_completions_cover_whole_blocks(tiny_policy):
+    out = generate(tiny_policy, PROMPTS, SamplerConfig(max_new_tokens=6), seed=0)
+    for prompt, tokens in zip(PROMPTS, out.tokens):
+        assert (len(prompt) + len(tokens)) % tiny_policy.block_size == 0
+        assert len(tokens) >= 6
+
+
+def scorer_probability(policy, prompt, tokens, steps, index, temperature):
+    """The scorer's probability of completion token ``index`` under the conditioning it was drawn in.
+
+    Block starts: the clean sequence up to the previous block. Other positions: their block with the
+    prompt tail, the block's first token and every token decoded at an earlier step visible.
+    """
+    B = policy.block_size
+    full = prompt + tokens
+    j = len(prompt) + index
+    k = j // B
+    if j % B == 0:
+        return math.exp(next_token_logprobs(policy, torch.tensor([full[:j]]), temperature)[0, j - 1, full[j]])
+    noisy = []
+    for position in range(k * B, (k + 1) * B):
+        c = position - len(prompt)
+        visible = c < 0 or position % B == 0 or steps[c] < steps[index]
+        noisy.append(full[position] if visible else policy.mask_id)
+    sequence = torch.tensor([full[: k * B] + noisy])
+    return math.exp(next_token_logprobs(policy, sequence, temperature)[0, j - 1, full[j]])
+
+
+@pytest.mark.parametrize("temperature,threshold,sub_block", [(1.0, 1.0, 2), (0.7, 0.2, 2), (1.3, 1.0, 4), (0.0, 0.5, 2)])
+def test_sampler_probability_equals_scorer(tiny_policy, temperature, threshold, sub_block):
+    config = SamplerConfig(max_new_tokens=9, temperature=temperature, threshold=threshold, sub_block=sub_block)
+    out = generate(tiny_policy, PROMPTS, config, seed=5)
+    scorer_temperature = temperature or 1.0  # greedy rows report the untempered probability
+    first_tokens = 0
+    for prompt, tokens, steps, probs in zip(PROMPTS, out.tokens, out.steps, out.probs):
+        for index in range(len(tokens)):
+            first_tokens += (len(prompt) + index) % tiny_policy.block_size == 0
+            expected = scorer_probability(tiny_policy, prompt, tokens, steps, index, scorer_temperature)
+            assert probs[index] == pytest.approx(expected, rel=1e-4, abs=1e-7), (prompt, index)
+    assert first_tokens >= len(PROMPTS)  # the AR-shift boundary was exercised
+
+
+def test_parallel_unmasking_decodes_several_tokens_per_step(tiny_policy):
+    one = generate(tiny_policy, PROMPTS, SamplerConfig(max_new_tokens=16, threshold=1.0, sub_block=4), seed=0)
+    many = generate(tiny_policy, PROMPTS, SamplerConfig(max_new_tokens=16, threshold=0.0, sub_block=4), seed=0)
+    assert many.forward_tokens < one.forward_tokens
+    assert any(len(set(s)) < len(s) for s in many.steps)
+
+
+def test_stop_token_ends_each_row(tiny_policy):
+    class StopAfter:
+        """The tiny policy, with the stop token made overwhelming once it is in the context."""
+
+        def __init__(self, policy):
+            self.policy = policy
+
+        def __getattr__(self, name):
+            return getattr(self.policy, name)
+
+        def logits(self, hidden):
+            logits = self.policy.logits(hidden)
+            logits[..., self.policy.eos_id] += 40.0
+            return logits
+
+    out = generate(StopAfter(tiny_policy), PROMPTS, SamplerConfig(max_new_tokens=40), seed=0)
+    for prompt, tokens, length in zip(PROMPTS, out.tokens, out.lengths):
+        assert tokens[length - 1] == tiny_policy.eos_id
+        assert tiny_policy.eos_id not in tokens[: length - 1]
+        assert len(prompt) + len(tokens) <= (len(prompt) // 4 + 2) * 4  # stopped within a block or two
+
+
+def test_top_p_draw_against_brute_force():
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 10, generator=generator) * 2
+    uniforms = torch.rand(64, generator=generator)
+    tokens, probs = draw(logits, torch.full((64,), 0.9), 0.6, uniforms)
+    for row in range(64):
+        p = torch.softmax(logits[row] / 0.9, -1)
+        order = p.argsort(descending=True).tolist()
+        nucleus, mass = [], 0.0
+        for t in order:
+            nucleus.append(t)
+            mass += float(p[t])
+            if mass >= 0.6:
+                break
+        assert int(tokens[row]) in nucleus
+        assert float(probs[row]) == pytest.approx(float(p[tokens[row]]) / sum(float(p[t]) for t in nucleus), rel=1e-5)
+
+
+def test_random_order_block_frequencies_match_exact_likelihood(small_vocab_policy):
+    """Chi-square: sampled blocks vs exp(exact log-lik), enumerated over all unmasking orders.
+
+    Block 4, prompt of 5 tokens: the prompt tail fills position 0 of the generation block and the
+    three others are sampled, so there are 8^3 = 512 outcomes. The test fails when p < 1e-3
+    (false-alarm rate 0.1%).
+    """
+    policy = small_vocab_policy
+    prompt, n = [3, 5, 6, 4, 7], 6000
+    config = SamplerConfig(max_new_tokens=3, temperature=1.0, order="random", sub_block=4)
+    out = generate(policy, [prompt] * n, config, seed=17, row_ids=list(range(n)))
+    counts = {}
+    for tokens in out.tokens:
+        counts[tuple(tokens)] = counts.get(tuple(tokens), 0) + 1
+    expected = {}
+    for outcome in [(a, b, c) for a in range(8) for b in range(8) for c in range(8)]:
+        block = [prompt[4], *outcome]
+        cond = conditionals(policy, prompt[:4], block, masked=[1, 2, 3])
+        expected[outcome] = n * math.exp(exact_random_order_logprob(cond, [1, 2, 3]))
+    assert sum(expected.values()) == pytest.approx(n, rel=1e-6)  # the oracle is a distribution
+    big = [o for o, e in expected.items() if e >= 5]
+    observed = [counts.get(o, 0) for o in big] + [n - sum(counts.get(o, 0) for o in big)]
+    predicted = [expected[o] for o in big] + [n - sum(expected[o] for o in big)]
+    assert len(big) >= 20
+    assert stats.chisquare(observed, predicted).pvalue > 1e-3
