@@ -1,0 +1,4 @@
+"""Optimizers behind one registry: ``methods.REGISTRY`` maps a name to its class."""
+from methods.base import REGISTRY, Consumption, Method, StepResult, get_method, make_method
+
+__all__ = ["REGISTRY", "Consumption", "Method", "StepResult", "get_method", "make_method"]
