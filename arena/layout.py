@@ -106,14 +106,12 @@ class PackedLayout:
         """Token ids in packed order from clean (batch, T) and noisy (batch, K, T - noisy_start)."""
         return torch.cat([clean, noisy.flatten(1)], dim=1)
 
-    def predictor_index(self, positions: torch.Tensor, stream: int = 1) -> torch.Tensor:
+    def predictor_index(self, positions: torch.Tensor, stream: int | torch.Tensor = 1) -> torch.Tensor:
         """Packed slot whose output scores the token at each absolute position (the token shift).
 
         Block starts are scored from the clean stream at j-1; every other position from noisy
-        stream ``stream`` at j-1. Positions must be >= max(1, noisy_start).
+        stream ``stream`` (an int, or one per position) at j-1. Positions must be >= max(1, noisy_start).
         """
-        if not 1 <= stream <= self.n_noisy:
-            raise ValueError(f"stream {stream} not in 1..{self.n_noisy}")
         block_start = positions % self.block_size == 0
         noisy_slot = self.length + (stream - 1) * self.noisy_length + (positions - 1 - self.noisy_start)
         return torch.where(block_start, positions - 1, noisy_slot)

@@ -1,0 +1,250 @@
+"""Log-likelihood estimators of completions under the block-diffusion policy (DESIGN §4).
+
+Write ℓ_k = log π(y_k | c, y_<k) for block k. Across blocks the chain rule is exact; inside block k
+the positions G are given (the prompt tail, or the block's first token, decoded AR from the clean
+previous block) and the m others are the denoised ones. With S(M) = Σ_{i∈M} log p(y_i | y_{not M})
+for a masked subset M:
+
+    ELBO_k = log p(first token) + ∫_0^1 (1/t) E_{M~Bern(t)^m}[S(M)] dt  ≤  ℓ_k
+
+Estimators (``ESTIMATORS``; unit = token for ``ar``/``d1``, block otherwise):
+- ``ar``: causal forward, Σ log p(y_j | y_<j): exact for an AR model, not for this sampler.
+- ``d1``: diffu-GRPO's one step (Zhao et al. 2025, arXiv 2504.12216): completion fully masked,
+  prompt tokens masked with probability ``p_mask``; mean-field per-token log-probs.
+- ``block_masked``: first-token term + S(all m masked): one pass, neither bound nor unbiased.
+- ``block_elbo``: first-token term + K Monte Carlo draws of the inner integral. ``form="uniform"``:
+  t ~ U(0,1], M ~ Bern(t), weight 1/t. ``form="count"``: l ~ U{1..m}, |M| = l uniform, weight m/l
+  (same expectation: C(m,l)·B(l, m-l+1) = 1/l). ``antithetic`` pairs draws: (t, M) with (1-t, not M),
+  or for counts (l, M) with (m+1-l, not M plus one element of M) — each marginally exact.
+- ``block_gauss_legendre``: Σ_j w_j (1/t_j) S(M_j), n Gauss-Legendre nodes on [0,1], one mask per
+  node. The integrand is a polynomial of degree m-1 in t, so n >= ceil(m/2) nodes make this
+  unbiased for the ELBO. ``exact_count`` masks |M| = ceil(t_j m) with weight m/|M| (the count
+  form's step integrand: lower variance, a quadrature bias).
+
+All blocks of a sequence, and all K draws, are scored in one packed forward in which the K noisy
+streams share one clean stream (``arena.layout.PackedLayout``). Masks come from generators keyed by
+(seed, step, iteration, sample, draw) and are indexed by block, so they differ across inner
+iterations and are identical for θ and θ_old inside one. The temperature is the sampler's: the
+likelihood is that of the sampler that produced the samples (DESIGN §3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from arena.layout import PackedLayout, block_causal_mask, causal_mask
+from arena.rng import torch_generator
+
+
+@dataclass
+class ScoringBatch:
+    """Prompt + completion ids, right-padded to a multiple of the block size."""
+
+    ids: torch.Tensor  # (n, T) long
+    valid: torch.Tensor  # (n, T) bool
+    prompt_lengths: torch.Tensor  # (n,) long
+    sample_ids: list[int]  # keys for the masks of each row
+    temperature: float = 1.0
+
+    @classmethod
+    def build(cls, prompts, completions, pad_id: int, block_size: int, temperature: float = 1.0,
+              sample_ids=None, device="cpu") -> "ScoringBatch":
+        lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
+        T = -(-max(lengths) // block_size) * block_size
+        ids = torch.full((len(prompts), T), pad_id, dtype=torch.long)
+        for row, (p, c) in enumerate(zip(prompts, completions)):
+            ids[row, : lengths[row]] = torch.tensor(list(p) + list(c))
+        valid = torch.arange(T)[None] < torch.tensor(lengths)[:, None]
+        return cls(ids.to(device), valid.to(device), torch.tensor([len(p) for p in prompts], device=device),
+                   list(range(len(prompts))) if sample_ids is None else list(sample_ids), temperature)
+
+    @property
+    def completion(self) -> torch.Tensor:
+        positions = torch.arange(self.ids.shape[1], device=self.ids.device)[None]
+        return (positions >= self.prompt_lengths[:, None]) & self.valid
+
+
+@dataclass
+class Estimate:
+    logp: torch.Tensor  # (n, U) differentiable per-unit estimates
+    units: torch.Tensor  # (n, U) bool: which units count
+    masks: torch.Tensor  # (n, D, T) bool: the masks used (True = masked)
+    forward_tokens: int
+    draw_values: torch.Tensor | None = None  # (n, D, U): each draw's own unbiased estimate (MC only)
+    first_token_logp: torch.Tensor | None = None  # (n, blocks): the exact AR terms (block estimators)
+
+
+def _log_probs_at(policy, hidden, rows, slots, targets, temperature: float) -> torch.Tensor:
+    """log softmax(logits / T)[target] at the given (row, packed slot) pairs only."""
+    logits = policy.logits(hidden[rows, slots]) / (temperature or 1.0)
+    return torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# token-unit estimators
+
+
+def ar(policy, batch: ScoringBatch, key: tuple[int, ...]) -> Estimate:
+    n, T = batch.ids.shape
+    positions = torch.arange(T, device=batch.ids.device)
+    hidden = policy.hidden(batch.ids, positions.expand(n, -1), causal_mask(batch.valid))
+    rows, pos = batch.completion.nonzero(as_tuple=True)
+    logp = torch.zeros(n, T, device=hidden.device, dtype=torch.float32)
+    logp = logp.index_put((rows, pos), _log_probs_at(policy, hidden, rows, pos - 1, batch.ids[rows, pos], batch.temperature))
+    return Estimate(logp, batch.completion, torch.zeros(n, 1, T, dtype=torch.bool, device=batch.ids.device), n * T)
+
+
+def d1(policy, batch: ScoringBatch, key: tuple[int, ...], p_mask: float = 0.15) -> Estimate:
+    n, T = batch.ids.shape
+    device = batch.ids.device
+    uniforms = torch.stack([torch.rand(T, generator=torch_generator(*key, s, 0)) for s in batch.sample_ids]).to(device)
+    prompt = batch.valid & ~batch.completion
+    masks = batch.completion | (prompt & (uniforms < p_mask))
+    noisy = torch.where(masks, policy.mask_id, batch.ids)
+    positions = torch.arange(T, device=device).expand(n, -1)
+    hidden = policy.hidden(noisy, positions, block_causal_mask(positions, positions, policy.block_size, batch.valid))
+    rows, pos = batch.completion.nonzero(as_tuple=True)
+    logp = torch.zeros(n, T, device=device, dtype=torch.float32)
+    logp = logp.index_put((rows, pos), _log_probs_at(policy, hidden, rows, pos - 1, batch.ids[rows, pos], batch.temperature))
+    return Estimate(logp, batch.completion, masks[:, None], n * T)
+
+
+# ---------------------------------------------------------------------------------------------
+# block-unit estimators: each plans masks (n, D, T) and coefficients (n, D, blocks); one shared pass
+
+
+def _maskable(batch: ScoringBatch, block_size: int) -> torch.Tensor:
+    """Completion positions that are denoised (every completion position but block starts)."""
+    positions = torch.arange(batch.ids.shape[1], device=batch.ids.device)
+    return batch.completion & (positions % block_size != 0)[None]
+
+
+def _draw_uniforms(batch: ScoringBatch, key, draws: int, shape, purpose: int) -> torch.Tensor:
+    """(n, draws, *shape) uniforms in (0, 1], keyed by (key..., sample, draw, purpose)."""
+    return torch.stack([
+        torch.stack([1.0 - torch.rand(shape, generator=torch_generator(*key, s, d, purpose)) for d in range(draws)])
+        for s in batch.sample_ids
+    ]).to(batch.ids.device)
+
+
+def _ranks(scores: torch.Tensor, maskable: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Rank of each maskable position inside its block by ``scores`` (a uniformly random order)."""
+    shape = scores.shape
+    keyed = torch.where(maskable, scores, torch.inf).reshape(*shape[:-1], -1, block_size)
+    return keyed.argsort(-1).argsort(-1).reshape(shape)
+
+
+def _blocks(values: torch.Tensor, block_size: int) -> torch.Tensor:
+    return values.repeat_interleave(block_size, -1)
+
+
+def block_masked(policy, batch: ScoringBatch, key: tuple[int, ...]) -> Estimate:
+    maskable = _maskable(batch, policy.block_size)
+    n, T = maskable.shape
+    coef = torch.ones(n, 1, T // policy.block_size, device=maskable.device)
+    return _block_estimate(policy, batch, maskable[:, None], coef)
+
+
+def block_elbo(policy, batch: ScoringBatch, key: tuple[int, ...], draws: int = 4, form: str = "count",
+               antithetic: bool = False) -> Estimate:
+    if form not in ("uniform", "count"):
+        raise ValueError(f"block_elbo form must be 'uniform' or 'count', got {form!r}")
+    if antithetic and draws % 2:
+        raise ValueError(f"antithetic draws come in pairs; draws={draws} is odd")
+    B = policy.block_size
+    maskable = _maskable(batch, B)[:, None]  # (n, 1, T)
+    n, _, T = maskable.shape
+    m = maskable.reshape(n, 1, -1, B).sum(-1).float()  # (n, 1, blocks)
+    independent = draws // 2 if antithetic else draws
+    level = _draw_uniforms(batch, key, independent, (T // B,), purpose=0)  # (n, K', blocks)
+    order = _draw_uniforms(batch, key, independent, (T,), purpose=1)  # (n, K', T)
+    if form == "uniform":
+        masks = (order <= _blocks(level, B)) & maskable
+        coef = 1.0 / level
+        if antithetic:
+            masks = torch.cat([masks, maskable & ~masks], 1)
+            coef = torch.cat([coef, 1.0 / (1.0 - level).clamp_min(1e-12)], 1)
+    else:
+        count = torch.ceil(level * m).clamp_min(1)  # l ~ U{1..m}
+        ranks = _ranks(order, maskable, B)
+        masks = (ranks < _blocks(count, B)) & maskable
+        coef = m / count
+        if antithetic:  # partner: ranks >= l-1, i.e. not M plus M's last element: size m+1-l
+            masks = torch.cat([masks, (ranks >= _blocks(count - 1, B)) & maskable], 1)
+            coef = torch.cat([coef, m / (m + 1 - count).clamp_min(1)], 1)
+    return _block_estimate(policy, batch, masks, coef / draws, monte_carlo=True)
+
+
+def gauss_legendre_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights of n-point Gauss-Legendre quadrature on [0, 1]."""
+    x, w = np.polynomial.legendre.leggauss(n)
+    return (x + 1) / 2, w / 2
+
+
+def block_gauss_legendre(policy, batch: ScoringBatch, key: tuple[int, ...], nodes: int = 2,
+                         exact_count: bool = False) -> Estimate:
+    B = policy.block_size
+    maskable = _maskable(batch, B)[:, None]
+    n, _, T = maskable.shape
+    t, w = (torch.tensor(v, dtype=torch.float32, device=maskable.device) for v in gauss_legendre_nodes(nodes))
+    order = _draw_uniforms(batch, key, nodes, (T,), purpose=1)  # one mask per node
+    if exact_count:
+        m = maskable.reshape(n, 1, -1, B).sum(-1).float()
+        count = torch.ceil(t[None, :, None] * m).clamp_min(1)  # (n, nodes, blocks)
+        masks = (_ranks(order, maskable, B) < _blocks(count, B)) & maskable
+        coef = w[None, :, None] * m / count
+    else:
+        masks = (order <= t[None, :, None]) & maskable
+        coef = (w / t)[None, :, None].expand(n, nodes, T // B)
+    return _block_estimate(policy, batch, masks, coef)
+
+
+def _block_estimate(policy, batch: ScoringBatch, masks, coef, monte_carlo: bool = False) -> Estimate:
+    """Σ over blocks' first-token terms + Σ_d coef[d, block] Σ_{i in M_d} log p_d(y_i), per block."""
+    B = policy.block_size
+    n, D, T = masks.shape
+    start = int(batch.prompt_lengths.min()) // B * B
+    layout = PackedLayout(T, B, n_noisy=D, noisy_start=start)
+    noisy = torch.where(masks, policy.mask_id, batch.ids[:, None])[:, :, start:]
+    hidden = policy.packed_hidden(batch.ids, batch.valid, noisy, layout)
+    blocks = T // B
+    device = hidden.device
+
+    first = batch.completion & (torch.arange(T, device=device) % B == 0)[None]
+    rows, pos = first.nonzero(as_tuple=True)
+    first_terms = _log_probs_at(policy, hidden, rows, layout.predictor_index(pos), batch.ids[rows, pos], batch.temperature)
+    first_logp = torch.zeros(n, blocks, device=device).index_put((rows, pos // B), first_terms, accumulate=True)
+
+    rows, draw, pos = masks.nonzero(as_tuple=True)
+    slots = layout.predictor_index(pos, draw + 1)
+    inner = _log_probs_at(policy, hidden, rows, slots, batch.ids[rows, pos], batch.temperature)
+    weighted = inner * coef[rows, draw, pos // B]
+    inner_by_draw = torch.zeros(n, D, blocks, device=device).index_put((rows, draw, pos // B), weighted, accumulate=True)
+    units = batch.completion.reshape(n, blocks, B).any(-1)
+    # Monte Carlo: each draw alone (first-token term + D x its weighted inner sum) is unbiased too
+    draw_values = first_logp[:, None] + D * inner_by_draw if monte_carlo else None
+    return Estimate(first_logp + inner_by_draw.sum(1), units, masks, n * layout.total, draw_values, first_logp)
+
+
+ESTIMATORS = {
+    "ar": ar,
+    "d1": d1,
+    "block_masked": block_masked,
+    "block_elbo": block_elbo,
+    "block_gauss_legendre": block_gauss_legendre,
+}
+
+
+def estimate(name: str, policy, batch: ScoringBatch, key: tuple[int, ...], **options) -> Estimate:
+    """Run estimator ``name`` with its options; ``key`` = (seed, step, iteration) keys the masks."""
+    if name not in ESTIMATORS:
+        raise KeyError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
+    return ESTIMATORS[name](policy, batch, tuple(key), **options)
+
+
+def sequence_logprob(est: Estimate) -> torch.Tensor:
+    """Σ over a sequence's units: the sequence log-prob estimate (n,)."""
+    return (est.logp * est.units).sum(-1)
+
