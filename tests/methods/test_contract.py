@@ -15,7 +15,7 @@ from methods.base import ConfigError, make_method
 
 # Small budgets so that one step takes a second or two on CPU; everything else is the default.
 SMOKE = {
-    "es": {"population": 4, "prompts_per_member": 2, "max_new_tokens": 8},
+    "es": {"population": 4, "prompts_per_member": 2, "max_new_tokens": 8, "sigma": 0.05},  # σ: members must differ
     "grpo": {"group_size": 2, "max_new_tokens": 8},
     "diffu_grpo": {"group_size": 2, "max_new_tokens": 8},
     "block_grpo": {"group_size": 2, "max_new_tokens": 8},

@@ -1,0 +1,259 @@
+"""Evolution strategies (Salimans et al. 2017, https://arxiv.org/abs/1703.03864), as Qiu et al. 2025
+run them on LLMs (https://arxiv.org/abs/2509.24372), with EGGROLL's low-rank noise as an option
+(https://arxiv.org/abs/2511.16652). No log-probability is computed: perturb, score, move.
+
+Member m of a step evaluates θ + s_m σ ε_j: for antithetic pairs j = m // 2 and s_m = +1 for even m,
+-1 for odd m; otherwise j = m and s_m = +1. Its fitness is its mean reward over the step's first
+``prompts_per_member`` prompts, decoded with the same decoding seeds by every member. With the
+shaped fitnesses F̃ (centered ranks in [-0.5, 0.5] with ties averaged, or z-scores; equal fitnesses
+shape to exactly 0) and c_j = Σ_{m uses ε_j} s_m F̃_m, the update over a population of n is
+
+    θ ← θ + (α/n) Σ_j c_j ε_j - αλθ         alpha_absorbs_sigma (default; Qiu et al.)
+    θ ← θ + (α/(nσ)) Σ_j c_j ε_j - αλθ      otherwise (Salimans et al., evosax)
+
+Size of one update. Every coordinate of ε_j has mean 0 and variance 1, independently across j, so
+for given fitnesses one coordinate of the move (λ = 0) has standard deviation (α/n)‖c‖₂ (over σ if
+α does not absorb it). ‖c‖₂² is at most n/4 for centered ranks, n/2 for antithetic centered ranks,
+exactly n for z-scores and at most 2n for antithetic z-scores. With the defaults (n = 32 antithetic,
+centered ranks, α = 5e-4) that is at most α/√(2n) = 6.25e-5 per coordinate; the tests check that one
+default step moves no weight of the tiny model by more than 2.5% of max(its tensor's RMS, 0.02).
+(A prototype whose α carried a stray 1/σ took steps 1000x that and destroyed the model silently.)
+
+Noise. ε_j of a parameter is regenerated on the CPU from the key (seed, step, j, parameter name),
+never stored; CPU draws do not depend on the accelerator (CUDA randn does), and the name in the key
+keeps same-shaped tensors independent. ``lowrank`` noise is E = A Bᵀ/√r with A (out, r), B (in, r):
+unit variance per coordinate, r(out + in) draws instead of out·in. Trainable ``nn.Linear`` weights
+then take it in the forward pass (y += σ s x B Aᵀ/√r, a hook) and are never written; other tensors
+take it dense, in place.
+
+Memory per trainable parameter. A parameter perturbed in place is restored by copy from an fp32
+master (bit-exact in fp32 and bf16; subtracting the noise is not), and every update accumulates in
+fp32 (bf16 swallows steps of 1e-5). So: ``full`` noise, 4 bytes (the master); ``lowrank``, 0 bytes for
+fp32 Linear weights and 4 bytes for everything else. Transient: one tensor's fp32 noise and update.
+
+Across processes (torch.distributed, e.g. under accelerate launch) each rank evaluates members
+rank, rank + world, ...; only fitness scalars and counters are all-reduced, every rank applies the
+same update, and every ``checksum_every`` steps an all-gather of a parameter checksum raises on drift.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+
+from arena.rng import name_key, seed_of, torch_generator
+from arena.sampler import SamplerConfig, generate
+from methods.base import Consumption, RewardFn, StepResult, Trainable, make_trainable, register
+
+NOISE, DECODE = 1, 2  # key domains: parameter noise, member decoding
+
+
+def centered_rank(fitness: torch.Tensor) -> torch.Tensor:
+    """Ranks mapped to [-0.5, 0.5]; tied fitnesses share their average rank (all equal -> all 0)."""
+    n = len(fitness)
+    if n < 2:
+        return torch.zeros_like(fitness)
+    below = (fitness[None, :] < fitness[:, None]).sum(1).to(fitness.dtype)
+    ties = (fitness[None, :] == fitness[:, None]).sum(1).to(fitness.dtype)
+    return (below + (ties - 1) / 2) / (n - 1) - 0.5
+
+
+def zscore(fitness: torch.Tensor) -> torch.Tensor:
+    """(F - mean) / std (population std); all equal -> all 0 (their float mean need not equal them)."""
+    if fitness.max() == fitness.min():
+        return torch.zeros_like(fitness)
+    return (fitness - fitness.mean()) / fitness.std(correction=0)
+
+
+SHAPING = {"centered_rank": centered_rank, "zscore": zscore}
+
+
+def _world() -> tuple[int, int]:
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
+
+
+@register("es")
+class ES:
+    @dataclass
+    class Config:
+        population: int = 32  # members per step, both signs counted (Qiu et al.: 30)
+        sigma: float = 1e-3  # noise scale σ (Qiu et al.)
+        alpha: float = 5e-4  # step size α (Qiu et al.: σ/2, with 1/σ absorbed)
+        alpha_absorbs_sigma: bool = True  # True: θ += (α/n)Σcε (Qiu); False: θ += (α/(nσ))Σcε (Salimans)
+        antithetic: bool = True  # mirrored pairs ±ε (Salimans et al., evosax)
+        shaping: Literal["centered_rank", "zscore"] = "centered_rank"  # Salimans / Qiu
+        weight_decay: float = 0.0  # λ in -αλθ (Salimans et al. use 0.005)
+        temperature: float = 0.0  # member decoding: 0 greedy (Qiu et al.), > 0 sampled, common seeds
+        prompts_per_member: int | None = None  # the first k prompts of the step's batch; None: all
+        max_new_tokens: int = 64
+        trainable: Literal["full", "lora"] = "full"  # the parameters ES moves (LoRA: Hu et al. 2021)
+        lora_rank: int = 8
+        lora_alpha: float = 16.0
+        lora_targets: tuple[str, ...] = Trainable.lora_targets
+        noise: Literal["full", "lowrank"] = "full"  # lowrank: EGGROLL, E = ABᵀ/√r
+        noise_rank: int = 1  # r (EGGROLL's default)
+        checksum_every: int = 10  # steps between cross-process parameter checksums
+
+        def __post_init__(self):
+            if self.population < 2 or (self.antithetic and self.population % 2):
+                raise ValueError(f"population must be >= 2 (and even when antithetic), got {self.population}")
+            for name in ("sigma", "alpha"):
+                if getattr(self, name) <= 0:
+                    raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+            if self.weight_decay < 0 or self.temperature < 0:
+                raise ValueError("weight_decay and temperature must be >= 0")
+            if self.prompts_per_member is not None and self.prompts_per_member < 1:
+                raise ValueError(f"prompts_per_member must be >= 1 or None, got {self.prompts_per_member}")
+            if self.noise_rank < 1 or self.checksum_every < 1:
+                raise ValueError("noise_rank and checksum_every must be >= 1")
+
+    def __init__(self, policy, config: Config, seed: int):
+        self.policy, self.config, self.seed = policy, config, seed
+        trainable = Trainable(config.trainable, config.lora_rank, config.lora_alpha, tuple(config.lora_targets))
+        self.params = make_trainable(policy, trainable)
+        names = {name for name, _ in self.params}
+        self.hooked = {}  # parameter name -> nn.Linear that takes its low-rank noise in the forward
+        if config.noise == "lowrank":
+            self.hooked = {f"{m}.weight": module for m, module in policy.model.named_modules()
+                           if isinstance(module, torch.nn.Linear) and f"{m}.weight" in names}
+        self.master = {name: p.detach().to(torch.float32, copy=True) for name, p in self.params
+                       if name not in self.hooked or p.dtype != torch.float32}
+        self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature)
+
+    # ---- noise: regenerated from (seed, step, j, name), never stored
+
+    def _pair(self, member: int) -> tuple[int, float]:
+        return (member // 2, 1.0 - 2.0 * (member % 2)) if self.config.antithetic else (member, 1.0)
+
+    def factors(self, step: int, j: int, name: str, shape) -> tuple[torch.Tensor, torch.Tensor]:
+        """Low-rank noise E = A Bᵀ/√r of a 2-D parameter: A (out, r), B (in, r), standard normal."""
+        generator = torch_generator(self.seed, NOISE, step, j, name_key(name))
+        r = self.config.noise_rank
+        return torch.randn(shape[0], r, generator=generator), torch.randn(shape[1], r, generator=generator)
+
+    def noise(self, step: int, j: int, name: str, shape) -> torch.Tensor:
+        """ε_j of a parameter, dense fp32 on the CPU."""
+        if self.config.noise == "lowrank" and len(shape) == 2:
+            a, b = self.factors(step, j, name, shape)
+            return a @ b.T / math.sqrt(self.config.noise_rank)
+        return torch.randn(tuple(shape), generator=torch_generator(self.seed, NOISE, step, j, name_key(name)))
+
+    @contextlib.contextmanager
+    @torch.no_grad()
+    def perturbed(self, step: int, member: int):
+        """The policy as member ``member`` of step ``step``; every parameter restored bit-exactly on exit."""
+        j, sign = self._pair(member)
+        sigma, handles = self.config.sigma, []
+        try:
+            for name, param in self.params:
+                if name in self.hooked:
+                    a, b = self.factors(step, j, name, param.shape)
+                    a = (a * (sign * sigma / math.sqrt(self.config.noise_rank))).to(param)
+                    handles.append(self.hooked[name].register_forward_hook(_lowrank_hook(a, b.to(param))))
+                else:
+                    noise = self.noise(step, j, name, param.shape).to(param.device)
+                    param.copy_(self.master[name] + sign * sigma * noise)
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+            for name, param in self.params:
+                if name not in self.hooked:
+                    param.copy_(self.master[name])
+
+    # ---- the update
+
+    @torch.no_grad()
+    def apply_update(self, step: int, shaped: torch.Tensor) -> float:
+        """θ ← θ + scale·Σ_j c_j ε_j - αλθ in fp32, identical on every process; returns ‖Δθ‖₂."""
+        cfg, n = self.config, len(shaped)
+        coef = torch.zeros(n // 2 if cfg.antithetic else n, dtype=torch.float64)
+        for member in range(n):
+            j, sign = self._pair(member)
+            coef[j] += sign * shaped[member]
+        scale = cfg.alpha / n / (1.0 if cfg.alpha_absorbs_sigma else cfg.sigma)
+        squares = 0.0
+        for name, param in self.params:
+            theta = self.master.get(name, param)
+            delta = torch.zeros_like(theta)
+            for j in coef.nonzero().flatten().tolist():
+                delta.add_(self.noise(step, j, name, param.shape).to(theta.device), alpha=float(coef[j]) * scale)
+            if cfg.weight_decay:
+                delta.sub_(theta, alpha=cfg.alpha * cfg.weight_decay)
+            theta.add_(delta)
+            if theta is not param:
+                param.copy_(theta)
+            squares += float(delta.double().square().sum())
+        return math.sqrt(squares)
+
+    # ---- one step: evaluate this rank's members, share the fitnesses, update
+
+    def step(self, prompts: list[list[int]], reward_fn: RewardFn, step: int) -> StepResult:
+        cfg, (rank, world) = self.config, _world()
+        if world > 1 and step % cfg.checksum_every == 0:
+            self.check_replicas(step)
+        prompts = prompts[: cfg.prompts_per_member or len(prompts)]
+        n = cfg.population
+        totals = torch.zeros(n + 5, dtype=torch.float64)  # fitness per member, then the counters below
+        completions = []
+        for member in range(rank, n, world):
+            start = time.perf_counter()
+            with self.perturbed(step, member):
+                perturbed_at = time.perf_counter()
+                out = generate(self.policy, prompts, self.sampler, seed=seed_of(self.seed, DECODE, step))
+                rewards = [reward_fn(i, text) for i, text in enumerate(out.texts)]
+                evaluated_at = time.perf_counter()
+            restored_at = time.perf_counter()
+            totals[member] = sum(rewards) / len(rewards)
+            seconds = [evaluated_at - perturbed_at, (perturbed_at - start) + (restored_at - evaluated_at)]
+            totals[n:] += torch.tensor([len(out.tokens), sum(map(len, out.tokens)), out.forward_tokens, *seconds],
+                                       dtype=torch.float64)
+            if not completions:
+                completions = [{"prompt": i, "text": t, "reward": r, "member": member}
+                               for i, (t, r) in enumerate(zip(out.texts, rewards))]
+        if world > 1:
+            totals = totals.to(self.policy.device)
+            dist.all_reduce(totals)
+            totals = totals.cpu()
+        fitness, (samples, tokens, forward_tokens, member_seconds, perturb_seconds) = totals[:n], totals[n:].tolist()
+        norm = self.apply_update(step, SHAPING[cfg.shaping](fitness))
+        stats = {"fitness_mean": float(fitness.mean()), "fitness_std": float(fitness.std(correction=0)),
+                 "fitness_max": float(fitness.max()), "update_norm": norm, "sigma": cfg.sigma,
+                 "member_seconds": member_seconds / n, "perturb_seconds": perturb_seconds / n}
+        return StepResult(Consumption(int(samples), int(tokens), int(forward_tokens)), stats, completions)
+
+    @torch.no_grad()
+    def check_replicas(self, step: int) -> None:
+        """All-gather a checksum of the fp32 parameter bits; raise if any process differs."""
+        local = torch.zeros(1, dtype=torch.int64, device=self.policy.device)
+        for name, param in self.params:
+            local += self.master.get(name, param).view(torch.int32).sum(dtype=torch.int64)
+        gathered = [torch.zeros_like(local) for _ in range(_world()[1])]
+        dist.all_gather(gathered, local)
+        sums = [int(g) for g in gathered]
+        if len(set(sums)) > 1:
+            raise RuntimeError(f"ES replicas drifted apart at step {step}: parameter checksums per rank {sums}")
+
+    def state_dict(self) -> dict:
+        return {"theta": {name: self.master.get(name, p).detach().clone() for name, p in self.params}}
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        for name, param in self.params:
+            theta = self.master.get(name, param)
+            theta.copy_(state["theta"][name])
+            if theta is not param:
+                param.copy_(theta)
+
+
+def _lowrank_hook(a: torch.Tensor, b: torch.Tensor):
+    """Forward hook adding x B Aᵀ (A already scaled by ±σ/√r) to an nn.Linear's output."""
+    def hook(module, inputs, output):
+        return output + (inputs[0] @ b) @ a.T
+
+    return hook

@@ -1,0 +1,281 @@
+"""ES (methods/es.py): the pitfalls of research/es_llm.md §5 as tests, plus the update's size,
+its direction on a toy objective, learning on the tiny model, and two gloo processes = one."""
+import math
+import pathlib
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from arena.rng import numpy_generator, torch_generator
+from arena.sampler import SamplerConfig, generate
+from arena.tiny import build_policy
+from conftest import SMALL, sharpen
+from methods.base import ConfigError, make_method
+from methods.es import SHAPING, centered_rank
+
+FAST = {"population": 4, "prompts_per_member": 2, "max_new_tokens": 8, "sigma": 0.05}
+TRAIN = ["12+7=", "3+4=", "45+67=", "8+9="]
+HELDOUT = ["5+6=", "31+2=", "70+14=", "9+99=", "2+2=", "63+8=", "1+40=", "77+7="]
+
+
+def share_of_ones(index: int, text: str) -> float:
+    return text.count("1") / max(1, len(text))
+
+
+def code_mean(index: int, text: str) -> float:
+    """A dense toy reward: every changed character changes it."""
+    return sum(map(ord, text)) / (127 * max(1, len(text)))
+
+
+def bits(policy) -> dict[str, torch.Tensor]:
+    return {n: p.detach().contiguous().view(torch.uint8).clone() for n, p in policy.model.named_parameters()}
+
+
+def flat_trainable(policy) -> torch.Tensor:
+    return torch.cat([p.detach().float().flatten() for _, p in policy.model.named_parameters() if p.requires_grad])
+
+
+def encoded(policy, texts):
+    return [policy.encode(t) for t in texts]
+
+
+def norm_c(shaped: torch.Tensor, antithetic: bool) -> float:
+    """‖c‖₂ of the docstring: c_j sums the signed shaped fitnesses of the members sharing ε_j."""
+    c = shaped[0::2] - shaped[1::2] if antithetic else shaped
+    return float(c.norm())
+
+
+# ---- pitfall 1: restore by copy from a master, bit-exact in fp32 and bf16
+
+
+@pytest.mark.parametrize("trainable", ["full", "lora"])
+@pytest.mark.parametrize("noise", ["full", "lowrank"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_perturb_restore_is_bit_exact_after_many_members(dtype, noise, trainable):
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    policy.model.to(dtype)
+    method = make_method("es", policy, {"noise": noise, "trainable": trainable, "sigma": 0.01}, seed=3)
+    ids = torch.tensor([policy.encode("12+7=")])
+    forward = torch.no_grad()(lambda: policy.model(ids).logits)
+    logits, before = forward(), bits(policy)
+    for member in range(24):
+        with method.perturbed(step=member // 8, member=member):
+            assert not torch.equal(forward(), logits), "the member is not perturbed"
+    assert all(torch.equal(before[n], after) for n, after in bits(policy).items())
+    assert torch.equal(forward(), logits), "a low-rank hook outlived its member"
+
+
+def test_bf16_updates_accumulate_in_fp32():
+    """Pitfall 2: steps far below bf16 resolution add up in the fp32 master, and the weights follow it."""
+    policy = build_policy(SMALL)
+    policy.model.to(torch.bfloat16)
+    method = make_method("es", policy, {"population": 4, "alpha": 1e-4}, seed=0)
+    start = {n: t.clone() for n, t in method.master.items()}
+    for step in range(20):
+        method.apply_update(step, centered_rank(torch.tensor([3.0, 0.0, 2.0, 1.0], dtype=torch.float64)))
+    for name, param in method.params:
+        assert torch.equal(param, method.master[name].to(torch.bfloat16)), name
+    moved = sum(int((method.master[n] != start[n]).sum()) for n in start)
+    assert moved == sum(t.numel() for t in start.values())
+
+
+# ---- shaping: ties averaged, so equal fitnesses give exactly no update
+
+
+@pytest.mark.parametrize("shaping", sorted(SHAPING))
+def test_equal_fitness_gives_exactly_zero_update(shaping):
+    equal = torch.full((7,), 0.1, dtype=torch.float64)
+    assert torch.equal(SHAPING[shaping](equal), torch.zeros_like(equal))
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    method = make_method("es", policy, {**FAST, "shaping": shaping}, seed=0)
+    before = bits(policy)
+    result = method.step(encoded(policy, TRAIN), lambda i, text: 0.1, step=0)
+    assert result.stats["update_norm"] == 0.0
+    assert all(torch.equal(before[n], after) for n, after in bits(policy).items())
+
+
+@pytest.mark.parametrize("shaping", sorted(SHAPING))
+def test_shaping_does_not_depend_on_member_order(shaping):
+    fitness = torch.tensor([0.5, 0.0, 0.5, 0.25, 0.0, 0.5], dtype=torch.float64)
+    order = torch.tensor([3, 0, 5, 1, 4, 2])
+    assert torch.equal(SHAPING[shaping](fitness)[order], SHAPING[shaping](fitness[order]))
+    shaped = SHAPING[shaping](fitness)
+    assert shaped[0] == shaped[2] == shaped[5] and shaped[1] == shaped[4]
+    assert abs(float(shaped.sum())) < 1e-12
+
+
+# ---- the size of one update, as the docstring states it
+
+
+@pytest.mark.parametrize("noise", ["full", "lowrank"])
+@pytest.mark.parametrize("shaping", sorted(SHAPING))
+@pytest.mark.parametrize("antithetic", [True, False])
+def test_per_coordinate_update_size(noise, shaping, antithetic):
+    """A coordinate moves with std (α/n)‖c‖₂, over σ unless α absorbs it; ‖c‖₂² within the stated bound."""
+    n, alpha, sigma = 16, 1e-3, 0.02
+    fitness = torch.from_numpy(numpy_generator(5).permutation(n).astype("float64"))
+    shaped = SHAPING[shaping](fitness)
+    bound = {("centered_rank", False): n / 4, ("centered_rank", True): n / 2,
+             ("zscore", False): n, ("zscore", True): 2 * n}[shaping, antithetic]
+    assert norm_c(shaped, antithetic) ** 2 <= bound * (1 + 1e-12)
+    moves, norms = {}, {}
+    for absorbs in (True, False):
+        policy = build_policy(SMALL)
+        options = {"population": n, "alpha": alpha, "sigma": sigma, "alpha_absorbs_sigma": absorbs,
+                   "antithetic": antithetic, "shaping": shaping, "noise": noise}
+        method = make_method("es", policy, options, seed=1)
+        before = flat_trainable(policy)
+        norms[absorbs] = method.apply_update(step=0, shaped=shaped)
+        moves[absorbs] = flat_trainable(policy) - before
+    expected = alpha / n * norm_c(shaped, antithetic)
+    tolerance = 0.03 if noise == "full" else 0.1  # 87k coordinates; low-rank ones are correlated
+    assert moves[True].std().item() == pytest.approx(expected, rel=tolerance)
+    assert moves[False].std().item() == pytest.approx(expected / sigma, rel=tolerance)
+    assert norms[False] == pytest.approx(norms[True] / sigma, rel=1e-6)
+
+
+@pytest.mark.parametrize("noise", ["full", "lowrank"])
+def test_default_step_moves_no_weight_more_than_2_5_percent_of_its_scale(noise):
+    """The docstring's promise for the defaults, under the fitnesses that maximise ‖c‖₂ (pairs best/worst)."""
+    policy = build_policy(SMALL)
+    method = make_method("es", policy, {"noise": noise}, seed=0)
+    n = method.config.population
+    fitness = torch.tensor([n - m // 2 if m % 2 == 0 else m // 2 for m in range(n)], dtype=torch.float64)
+    before = {name: p.detach().clone() for name, p in method.params}
+    method.apply_update(step=0, shaped=SHAPING[method.config.shaping](fitness))
+    for name, param in method.params:
+        scale = max(before[name].pow(2).mean().sqrt().item(), 0.02)
+        assert (param - before[name]).abs().max().item() <= 0.025 * scale, name
+
+
+# ---- pitfall 3: keyed noise, independent across same-shaped tensors
+
+
+@pytest.mark.parametrize("noise", ["full", "lowrank"])
+def test_noise_is_keyed_and_differs_between_same_shaped_tensors(noise):
+    make = lambda: make_method("es", build_policy(SMALL), {"noise": noise}, seed=11)  # noqa: E731
+    method = make()
+    q0, q1 = "model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.q_proj.weight"
+    a, b = method.noise(4, 2, q0, (64, 64)), method.noise(4, 2, q1, (64, 64))
+    assert torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1].abs() < 0.08  # 5 std at 4096 draws
+    assert torch.equal(make().noise(4, 2, q0, (64, 64)), a)
+    assert not torch.equal(method.noise(5, 2, q0, (64, 64)), a) and not torch.equal(method.noise(4, 3, q0, (64, 64)), a)
+
+
+# ---- direction: the ES estimate aligns with a known gradient
+
+
+def toy_policy():
+    layer = torch.nn.Linear(16, 8)
+    with torch.no_grad():
+        for param in layer.parameters():
+            param.normal_(0.0, 0.5, generator=torch_generator(0, 1, param.dim()))
+    return types.SimpleNamespace(model=torch.nn.Sequential(layer))
+
+
+@pytest.mark.parametrize("noise", ["full", "lowrank"])
+def test_es_estimate_aligns_with_the_gradient_on_a_toy(noise):
+    """Population 512 (256 antithetic pairs), 136 parameters, σ = 1e-3: cosine > 0.7 (the expected
+    cosine of a Gaussian-direction estimate with N pairs in d dimensions is about √(N/(N+d)) = 0.8)."""
+    x, y = torch.randn(32, 16, generator=torch_generator(0, 2)), torch.randn(32, 8, generator=torch_generator(0, 3))
+    policy = toy_policy()
+    objective = lambda: -(policy.model(x) - y).pow(2).mean()  # noqa: E731  (forward: low-rank hooks apply)
+    objective().backward()
+    gradient = torch.cat([p.grad.flatten() for p in policy.model.parameters()])
+    options = {"population": 512, "sigma": 1e-3, "alpha": 1.0, "alpha_absorbs_sigma": False,
+               "shaping": "zscore", "noise": noise}
+    method = make_method("es", policy, options, seed=0)
+    fitness = torch.zeros(512, dtype=torch.float64)
+    with torch.no_grad():
+        for member in range(512):
+            with method.perturbed(step=0, member=member):
+                fitness[member] = objective().item()
+    before = flat_trainable(policy)
+    method.apply_update(0, SHAPING["zscore"](fitness))
+    assert torch.nn.functional.cosine_similarity(flat_trainable(policy) - before, gradient, dim=0) > 0.7
+
+
+# ---- learning: a few steps on the tiny model raise a toy reward on held-out prompts
+
+
+def heldout_reward(policy) -> float:
+    out = generate(policy, encoded(policy, HELDOUT), SamplerConfig(max_new_tokens=8), seed=123)
+    return sum(code_mean(i, t) for i, t in enumerate(out.texts)) / len(HELDOUT)
+
+
+def test_a_few_steps_raise_the_reward_on_fresh_prompts():
+    """5 steps of 8 members on 4 prompts; held-out greedy reward 0.55 -> 0.70-0.73 for seeds 0-2."""
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    options = {"population": 8, "sigma": 0.05, "alpha": 0.2, "prompts_per_member": 4, "max_new_tokens": 8}
+    method = make_method("es", policy, options, seed=0)
+    before = heldout_reward(policy)
+    for step in range(5):
+        result = method.step(encoded(policy, TRAIN), code_mean, step)
+        assert result.consumption.samples == 8 * 4
+    after = heldout_reward(policy)
+    assert after > before + 0.08, (before, after)
+
+
+# ---- options: every option runs from the registry
+
+
+@pytest.mark.parametrize("options", [
+    {"trainable": "lora", "noise": "lowrank", "shaping": "zscore"},
+    {"trainable": "lora", "antithetic": False, "temperature": 0.7, "weight_decay": 0.01},
+    {"noise": "lowrank", "noise_rank": 2, "alpha_absorbs_sigma": False, "alpha": 1e-4, "prompts_per_member": None},
+])
+def test_options_run_and_move_the_trainable_parameters(options):
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    method = make_method("es", policy, {**FAST, **options}, seed=0)
+    before = flat_trainable(policy)
+    result = method.step(encoded(policy, TRAIN[:3]), code_mean, step=0)
+    assert result.consumption.samples == 4 * (method.config.prompts_per_member or 3)
+    assert all(math.isfinite(v) for v in result.stats.values()) and result.stats["fitness_std"] > 0
+    assert not torch.equal(flat_trainable(policy), before)
+
+
+def test_antithetic_population_must_be_even():
+    with pytest.raises(ConfigError, match="population"):
+        make_method("es", build_policy(SMALL), {"population": 5}, seed=0)
+
+
+# ---- across processes: two gloo ranks reach what one process reaches; drift fails loudly
+
+
+def _replica(rank: int, world: int, directory: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{directory}/store-{world}", rank=rank, world_size=world)
+    try:
+        policy = sharpen(build_policy(SMALL), std=0.1)
+        method = make_method("es", policy, {**FAST, "checksum_every": 1}, seed=0)
+        prompts = encoded(policy, TRAIN)
+        for step in range(3):
+            method.step(prompts, share_of_ones, step)
+        if rank == 0:
+            torch.save(method.state_dict(), f"{directory}/theta-{world}.pt")
+        if world > 1:
+            if rank == 1:  # one ulp of drift in one weight of one replica
+                state = method.state_dict()
+                weight = next(iter(state["theta"].values())).view(-1)
+                weight[0] = torch.nextafter(weight[0], torch.tensor(1.0))
+                method.load_state_dict(state)
+            try:
+                method.step(prompts, share_of_ones, 3)
+            except RuntimeError as error:
+                pathlib.Path(directory, f"drift-{rank}.txt").write_text(str(error))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_processes_reach_the_same_parameters_as_one(tmp_path):
+    for world in (1, 2):
+        mp.spawn(_replica, args=(world, str(tmp_path)), nprocs=world)
+    one, two = torch.load(tmp_path / "theta-1.pt"), torch.load(tmp_path / "theta-2.pt")
+    assert one["theta"].keys() == two["theta"].keys()
+    for name in one["theta"]:
+        assert torch.equal(one["theta"][name], two["theta"][name]), name
+    for rank in (0, 1):
+        assert "drifted apart at step 3" in (tmp_path / f"drift-{rank}.txt").read_text()
