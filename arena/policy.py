@@ -116,12 +116,13 @@ def load_policy(source: str, device: str | None = None, dtype: torch.dtype | Non
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
     try:
-        from transformers import AutoTokenizer, Qwen2ForCausalLM
+        from transformers import Qwen2ForCausalLM
+        from transformers.utils import logging as hf_logging
 
         fields = json.loads((path / "config.json").read_text())
         if "bd_size" not in fields:
             raise CheckpointError(f"{path / 'config.json'} has no 'bd_size': not a Fast-dLLM v2 checkpoint")
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = load_tokenizer(path)
         config = qwen2_config(fields)
         mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
         if mask_id is None or mask_id == tokenizer.unk_token_id:
@@ -131,7 +132,12 @@ def load_policy(source: str, device: str | None = None, dtype: torch.dtype | Non
         # (nn.Embedding padding_idx gets no gradient); use the tokenizer's own pad token instead.
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
         config.pad_token_id = pad_id if pad_id != eos_id else None
-        model = Qwen2ForCausalLM.from_pretrained(path, config=config, dtype=dtype, attn_implementation="sdpa")
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # it warns that model_type Fast_dLLM_Qwen is not qwen2: expected
+        try:
+            model = Qwen2ForCausalLM.from_pretrained(path, config=config, dtype=dtype, attn_implementation="sdpa")
+        finally:
+            hf_logging.set_verbosity(verbosity)
     except CheckpointError:
         raise
     except Exception as error:
@@ -145,6 +151,18 @@ def load_policy(source: str, device: str | None = None, dtype: torch.dtype | Non
         block_size=int(fields["bd_size"]), sub_block=int(fields.get("small_block_size", DEFAULT_SUB_BLOCK)),
         source=str(path),
     )
+
+
+def load_tokenizer(path: Path):
+    """The tokenizer class named in tokenizer_config.json, loaded without AutoConfig.
+
+    AutoTokenizer would read config.json's ``auto_map`` and ask for ``trust_remote_code``.
+    """
+    import transformers
+
+    name = json.loads((path / "tokenizer_config.json").read_text()).get("tokenizer_class") or "PreTrainedTokenizerFast"
+    cls = getattr(transformers, name, None) or transformers.PreTrainedTokenizerFast
+    return cls.from_pretrained(path)
 
 
 def save_checkpoint(model, tokenizer, directory: Path, block_size: int, sub_block: int | None = None,
