@@ -126,6 +126,28 @@ def reference_context(policy):
 
 
 # ---------------------------------------------------------------------------------------------
+# distributed: every method shards its work over torch.distributed ranks when a group is initialised
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) without an initialised process group."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum ``tensor`` across ranks in place (no-op on one process)."""
+    import torch.distributed as dist
+
+    if world()[1] > 1:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+# ---------------------------------------------------------------------------------------------
 # registry
 
 

@@ -222,10 +222,20 @@ def _block_estimate(policy, batch: ScoringBatch, masks, coef, monte_carlo: bool 
     inner = _log_probs_at(policy, hidden, rows, slots, batch.ids[rows, pos], batch.temperature)
     weighted = inner * coef[rows, draw, pos // B]
     inner_by_draw = torch.zeros(n, D, blocks, device=device).index_put((rows, draw, pos // B), weighted, accumulate=True)
-    units = batch.completion.reshape(n, blocks, B).any(-1)
+    units = unit_mask("block", batch, B)
     # Monte Carlo: each draw alone (first-token term + D x its weighted inner sum) is unbiased too
     draw_values = first_logp[:, None] + D * inner_by_draw if monte_carlo else None
     return Estimate(first_logp + inner_by_draw.sum(1), units, masks, n * layout.total, draw_values, first_logp)
+
+
+TOKEN_UNIT = ("ar", "d1")
+
+
+def unit_mask(name: str, batch: ScoringBatch, block_size: int) -> torch.Tensor:
+    """Which units of each row an estimator reports: completion tokens, or blocks holding any."""
+    if name in TOKEN_UNIT:
+        return batch.completion
+    return batch.completion.reshape(len(batch.sample_ids), -1, block_size).any(-1)
 
 
 ESTIMATORS = {

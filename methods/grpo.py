@@ -1,0 +1,234 @@
+"""GRPO (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300) and the core shared by its variants.
+
+One step: for each prompt, sample a group of G completions with the block-diffusion sampler; score
+them; advantages A = r - mean_group(r) (``advantage="mean"``, d1) or (r - mean)/std (``"zscore"``).
+Then μ inner iterations, each with fresh estimator masks keyed (seed, step, iteration) and the same
+masks for θ and θ_old, minimise per unit u (token or block, by estimator)
+
+    L = agg_u [ -min(ρ_u A, clip(ρ_u, 1-ε, 1+ε_high) A) + β k3_u ],   ρ_u = exp(ℓ̂_θ,u - ℓ̂_old,u),
+    k3_u = exp(ℓ̂_ref,u - ℓ̂_θ,u) - (ℓ̂_ref,u - ℓ̂_θ,u) - 1   (k3 KL estimator, Schulman 2020)
+
+with AdamW, gradient clipping, and aggregation ``token_mean`` (Σ over all units / number of units,
+DAPO/d1 style) or ``sequence_mean`` (mean over units inside a sequence, then over sequences).
+
+Vanilla ``grpo`` uses the ``ar`` estimator: causal attention, the logit at j-1 scores token j. It is
+exact for an AR model and mismatched with the block-diffusion sampler: the baseline arm.
+Variants (``diffu_grpo``, ``block_grpo``) change only the estimator (``_estimator``).
+
+Distributed: with torch.distributed initialised (``accelerate launch`` or torchrun), every rank
+receives the same prompt batch, takes prompts rank::world, and gradients are summed across ranks
+with the loss normalised by the global unit count, so N processes compute what one would.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from arena.rng import seed_of
+from arena.sampler import SamplerConfig, generate
+from methods import likelihood
+from methods.base import (Consumption, StepResult, Trainable, all_reduce_sum, make_trainable, reference_context,
+                          register, world)
+
+
+@dataclass
+class GRPOConfig:
+    group_size: int = 6  # G completions per prompt (d1: 6)
+    advantage: str = "mean"  # "mean": r - group mean (d1, Dr. GRPO); "zscore": / group std (DeepSeekMath)
+    clip_eps: float = 0.2  # ε, PPO clip (d1 uses 0.5)
+    clip_eps_high: float | None = None  # ε_high (DAPO, arXiv 2503.14476); None = clip_eps
+    inner_iterations: int = 1  # μ updates per batch (d1: 12)
+    beta: float = 0.0  # k3 KL to the frozen reference (d1: 0.04; TRL default 0)
+    loss_aggregation: str = "token_mean"  # or "sequence_mean"
+    max_grad_norm: float = 1.0  # gradient clipping (d1: 0.2)
+    lr: float = 3e-6  # AdamW (d1: 3e-6 with LoRA)
+    weight_decay: float = 0.0  # AdamW (d1: 0.1)
+    micro_batch: int = 0  # sequences per forward/backward; 0 = the whole batch at once
+    max_new_tokens: int = 64  # rollout length, rounded up to whole blocks
+    temperature: float = 1.0  # rollout temperature; the estimators score at the same temperature
+    threshold: float = 1.0  # sampler confidence threshold (1.0: one token per step)
+    trainable: str = "full"  # "full" or "lora" (peft)
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_targets: list = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+    def __post_init__(self):
+        checks = {
+            "group_size": self.group_size >= 2, "advantage": self.advantage in ("mean", "zscore"),
+            "clip_eps": self.clip_eps > 0, "inner_iterations": self.inner_iterations >= 1, "beta": self.beta >= 0,
+            "loss_aggregation": self.loss_aggregation in ("token_mean", "sequence_mean"),
+            "lr": self.lr > 0, "micro_batch": self.micro_batch >= 0, "temperature": self.temperature > 0,
+            "max_new_tokens": self.max_new_tokens >= 1,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(", ".join(f"{name}={getattr(self, name)!r} is out of range" for name in bad))
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
+    """Group-relative advantages; rewards are laid out group after group."""
+    groups = rewards.view(-1, group_size)
+    centered = groups - groups.mean(1, keepdim=True)
+    if mode == "zscore":
+        centered = centered / (groups.std(1, keepdim=True) + 1e-4)
+    return centered.flatten()
+
+
+def clipped_objective(logp, old_logp, ref_logp, advantages, units, config: GRPOConfig):
+    """Per-unit GRPO loss terms (n, U) and the ratios; the update rule of every GRPO variant."""
+    ratio = torch.exp(logp - old_logp)
+    high = config.clip_eps if config.clip_eps_high is None else config.clip_eps_high
+    a = advantages[:, None]
+    surrogate = torch.minimum(ratio * a, ratio.clamp(1 - config.clip_eps, 1 + high) * a)
+    loss = -surrogate
+    kl = torch.zeros_like(logp)
+    if ref_logp is not None:
+        delta = ref_logp - logp
+        kl = torch.exp(delta) - delta - 1
+        loss = loss + config.beta * kl
+    return loss * units, ratio, kl
+
+
+@register("grpo")
+class GRPO:
+    Config = GRPOConfig
+
+    def __init__(self, policy, config: GRPOConfig, seed: int):
+        self.policy, self.config, self.seed = policy, config, seed
+        trainable = Trainable(config.trainable, config.lora_rank, config.lora_alpha, tuple(config.lora_targets))
+        self.params = make_trainable(policy, trainable)
+        self.reference = None  # full fine-tuning with β > 0 keeps a frozen copy; LoRA disables the adapter
+        if config.beta > 0 and config.trainable == "full":
+            self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
+        self.optimizer = torch.optim.AdamW([p for _, p in self.params], lr=config.lr, weight_decay=config.weight_decay)
+        self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                                     threshold=config.threshold)
+        self.forward_tokens = 0  # estimator forward tokens of the current step
+
+    def _estimator(self) -> tuple[str, dict]:
+        return "ar", {}
+
+    # ---------------------------------------------------------------------------------------
+    def _score(self, batch, key, grad: bool, model=None) -> likelihood.Estimate:
+        """The estimator on ``batch`` with masks keyed ``key``; ``model`` swaps in the full-FT reference."""
+        name, options = self._estimator()
+        current = self.policy.model
+        self.policy.model = model or current
+        try:
+            with torch.set_grad_enabled(grad):
+                est = likelihood.estimate(name, self.policy, batch, key, **options)
+        finally:
+            self.policy.model = current
+        self.forward_tokens += est.forward_tokens
+        return est
+
+    def _reference_logp(self, batch, key):
+        if self.config.beta == 0:
+            return None
+        if self.reference is not None:
+            return self._score(batch, key, grad=False, model=self.reference).logp
+        with reference_context(self.policy):
+            return self._score(batch, key, grad=False).logp
+
+    def step(self, prompts: list[list[int]], reward_fn, step: int) -> StepResult:
+        config, G, start = self.config, self.config.group_size, time.time()
+        rank, size = world()
+        mine = list(range(rank, len(prompts), size))  # this rank's prompts (all of them on one process)
+        rows = [(i, g) for i in mine for g in range(G)]
+        sample_ids = [i * G + g for i, g in rows]  # global ids: the same draws whatever the world size
+        self.forward_tokens = 0
+
+        # ---- rollout and rewards
+        self.policy.model.eval()
+        out = generate(self.policy, [prompts[i] for i, _ in rows], self.sampler, seed=seed_of(self.seed, step),
+                       row_ids=sample_ids)
+        rewards = torch.tensor([float(reward_fn(i, text)) for (i, _), text in zip(rows, out.texts)])
+        advantages = group_advantages(rewards, G, config.advantage).to(self.policy.device)
+        batch = likelihood.ScoringBatch.build([prompts[i] for i, _ in rows], out.tokens, self.policy.pad_id,
+                                              self.policy.block_size, config.temperature, sample_ids,
+                                              device=self.policy.device)
+        name, _ = self._estimator()
+        units = likelihood.unit_mask(name, batch, self.policy.block_size)
+        normaliser = all_reduce_sum(torch.tensor(float(units.sum() if config.loss_aggregation == "token_mean"
+                                                       else len(rows))))
+
+        # ---- θ_old (iteration 0: the current pass, detached) and reference scores, before any update
+        keys = [(self.seed, step, it) for it in range(config.inner_iterations)]
+        old = {it: self._score(batch, keys[it], grad=False).logp for it in range(1, config.inner_iterations)}
+        refs = [self._reference_logp(batch, key) for key in keys]
+
+        # ---- μ inner iterations of the clipped objective
+        n, micro = len(rows), config.micro_batch or len(rows)
+        high = config.clip_eps if config.clip_eps_high is None else config.clip_eps_high
+        sums = dict.fromkeys(("loss", "units", "clipped", "ratio", "kl", "draw_std", "draw_units"), 0.0)
+        ratio_max = 0.0
+        for it in range(config.inner_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            for lo in range(0, n, micro):
+                part = slice(lo, lo + micro)
+                est = self._score(_rows(batch, part), keys[it], grad=True)
+                old_logp = est.logp.detach() if it == 0 else old[it][part]
+                ref = None if refs[it] is None else refs[it][part]
+                terms, ratio, kl = clipped_objective(est.logp, old_logp, ref, advantages[part], est.units, config)
+                if config.loss_aggregation == "token_mean":
+                    loss = terms.sum() / normaliser
+                else:
+                    loss = (terms.sum(-1) / est.units.sum(-1).clamp_min(1)).sum() / normaliser
+                loss.backward()
+                u = est.units
+                sums["loss"] += loss.item()
+                sums["units"] += float(u.sum())
+                sums["clipped"] += float((((ratio < 1 - config.clip_eps) | (ratio > 1 + high)) & u).sum())
+                sums["ratio"] += float((ratio.detach() * u).sum())
+                sums["kl"] += float((kl.detach() * u).sum())
+                ratio_max = max(ratio_max, float(ratio.detach()[u].max()) if u.any() else 0.0)
+                if est.draw_values is not None and est.draw_values.shape[1] > 1:
+                    sums["draw_std"] += float(est.draw_values.detach().std(1)[u].sum())
+                    sums["draw_units"] += float(u.sum())
+            for _, param in self.params:
+                if param.grad is not None:
+                    all_reduce_sum(param.grad)
+            torch.nn.utils.clip_grad_norm_([p for _, p in self.params], config.max_grad_norm)
+            self.optimizer.step()
+
+        groups = rewards.view(-1, G)
+        generated = sum(len(t) for t in out.tokens)
+        stats = {
+            "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()) if n > 1 else 0.0,
+            "frac_zero_std_groups": float((groups.std(1) == 0).float().mean()),
+            "loss": sums["loss"] / config.inner_iterations,
+            "clip_frac": sums["clipped"] / max(sums["units"], 1), "kl": sums["kl"] / max(sums["units"], 1),
+            "ratio_mean": sums["ratio"] / max(sums["units"], 1), "ratio_max": ratio_max,
+            "estimator_std": sums["draw_std"] / max(sums["draw_units"], 1),
+            "completion_length": sum(out.lengths) / n, "tokens": float(generated),
+            "step_seconds": time.time() - start,
+        }
+        consumption = Consumption(samples=n, tokens=generated, forward_tokens=out.forward_tokens + self.forward_tokens)
+        sample = [{"prompt": i, "text": text, "reward": float(r)} for (i, _), text, r in zip(rows, out.texts, rewards)]
+        return StepResult(consumption, stats, sample[: 2 * G])
+
+    # ---------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        state = {
+            "params": {name: p.detach().clone() for name, p in self.params},
+            "optimizer": self.optimizer.state_dict(),
+        }
+        if self.reference is not None:
+            state["reference"] = self.reference.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            for name, param in self.params:
+                param.copy_(state["params"][name])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.reference is not None:
+            self.reference.load_state_dict(state["reference"])
+
+
+def _rows(batch, index: slice):
+    return likelihood.ScoringBatch(batch.ids[index], batch.valid[index], batch.prompt_lengths[index],
+                                   batch.sample_ids[index], batch.temperature)
