@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -53,7 +53,7 @@ class GRPOConfig:
     trainable: str = "full"  # "full" or "lora" (peft)
     lora_rank: int = 8
     lora_alpha: float = 16.0
-    lora_targets: list = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    lora_targets: tuple[str, ...] = Trainable.lora_targets  # the same default as ES: never a confound
 
     def __post_init__(self):
         checks = {

@@ -62,6 +62,26 @@ def test_step_consumes_changes_and_round_trips(method_name):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=f"{method_name}: {name} diverged after resume")
 
 
+def test_lora_moves_only_the_adapter(method_name):
+    """trainable: lora is the same choice for every method: the base weights stay bit-identical."""
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    base = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+    # ES needs a larger σ to move greedy outputs through a zero-initialised adapter (B = 0)
+    extra = {"sigma": 0.1} if method_name == "es" else {}
+    method = make_method(method_name, policy, {**SMOKE.get(method_name, {}), **extra, "trainable": "lora"}, seed=0)
+    initial = {n: p.detach().clone() for n, p in policy.model.named_parameters() if "lora_" in n}
+    method.step(prompts_for(policy), share_of_ones, step=0)
+    adapters = 0
+    for name, param in policy.model.named_parameters():
+        if "lora_" in name:
+            adapters += 1
+            continue
+        original = name.replace("base_model.model.", "").replace(".base_layer", "")
+        assert torch.equal(param.detach(), base[original]), f"{method_name} moved base weight {original}"
+    assert adapters > 0
+    assert any(not torch.equal(p.detach(), initial[n]) for n, p in policy.model.named_parameters() if "lora_" in n)
+
+
 def test_unknown_options_are_named(method_name):
     with pytest.raises(ConfigError, match="no_such_option"):
         make_method(method_name, build_policy(SMALL), {"no_such_option": 1}, seed=0)
