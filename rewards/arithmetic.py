@@ -14,9 +14,8 @@ held-out fifth, so train and held-out never share an item; draws come from a gen
 """
 from __future__ import annotations
 
-from arena.rng import numpy_generator
 from rewards.base import chat_prompt
-from rewards.data import SPLITS, check_split, is_heldout
+from rewards.data import generate_split
 
 LEVELS = (1, 2, 3, 4)
 
@@ -41,19 +40,12 @@ class ArithmeticTask:
 
     def examples(self, split: str, n: int | None = None, seed: int = 0, source: str | None = None) -> list[dict]:
         """``n`` items (default 64 per level), balanced over difficulty levels, deterministic in ``seed``."""
-        check_split(self.name, split)
         if source is not None:
             raise ValueError("arithmetic: items are generated from the seed; 'source' is not supported")
-        n = 64 * len(LEVELS) if n is None else n
-        heldout = split == "heldout"
-        items = []
-        for i in range(n):
-            digits = LEVELS[i % len(LEVELS)]
-            rng = numpy_generator(seed, SPLITS.index(split), int(digits), i)
-            lo, hi = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits
-            while True:
-                a, b = (int(x) for x in rng.integers(lo, hi, size=2))
-                if is_heldout(f"{a}+{b}") == heldout:
-                    break
-            items.append(self.make(a, b))
-        return items
+        return generate_split(self.name, split, 64 * len(LEVELS) if n is None else n, seed, LEVELS, self._draw,
+                              distinct=False)
+
+    def _draw(self, rng, digits: int) -> dict:
+        lo, hi = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits
+        a, b = (int(x) for x in rng.integers(lo, hi, size=2))
+        return {**self.make(a, b), "key": f"{a}+{b}"}

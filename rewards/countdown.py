@@ -31,9 +31,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from arena.rng import numpy_generator
 from rewards.base import chat_prompt, last_answer
-from rewards.data import SPLITS, Hub, check_split, is_heldout, load_examples, sample
+from rewards.data import Hub, generate_split, load_examples, sample
 from rewards.parsing import clip
 
 LEVELS = (3, 4)
@@ -156,6 +155,14 @@ def _from_record(record: dict) -> dict:
     return {"numbers": numbers, "target": int(record["target"]), "difficulty": len(numbers)}
 
 
+def _make(rng, count: int) -> dict | None:
+    built = _build(rng, count)
+    if built is None:
+        return None
+    item = {"numbers": built[0], "target": built[1], "difficulty": count, "solution": built[2]}
+    return {**item, "key": _key(item)}
+
+
 def _key(example: dict) -> str:
     return f"{sorted(example['numbers'])}->{example['target']}"
 
@@ -181,19 +188,4 @@ class CountdownTask:
         """Generated items (default ``n`` = 64 per level, balanced, distinct), or items from ``source``."""
         if source is not None:
             return sample(load_examples(self.name, split, source, _from_record, _key, HUB), n, seed, split)
-        check_split(self.name, split)
-        n = 64 * len(LEVELS) if n is None else n
-        items, seen = [], set()
-        for i in range(n):
-            count = LEVELS[i % len(LEVELS)]
-            rng = numpy_generator(seed, SPLITS.index(split), count, i)
-            while True:
-                built = _build(rng, count)
-                if built is None:
-                    continue
-                item = {"numbers": built[0], "target": built[1], "difficulty": count, "solution": built[2]}
-                if _key(item) not in seen and is_heldout(_key(item)) == (split == "heldout"):
-                    break
-            seen.add(_key(item))
-            items.append(item)
-        return items
+        return generate_split(self.name, split, 64 * len(LEVELS) if n is None else n, seed, LEVELS, _make)

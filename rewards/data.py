@@ -35,6 +35,30 @@ def check_split(task: str, split: str) -> None:
         raise ValueError(f"{task}: unknown split {split!r}; expected one of {SPLITS}")
 
 
+def generate_split(task: str, split: str, n: int, seed: int, levels: tuple, make: Callable,
+                   distinct: bool = True) -> list[dict]:
+    """``n`` generated items balanced over difficulty ``levels``, on ``split``'s side of the hash.
+
+    ``make(rng, level)`` returns an item with a ``"key"`` entry (its identity, removed here) or None;
+    item i draws from a generator keyed by (seed, split, level, i). ``distinct=False`` allows
+    repeats (a level may have fewer distinct items than asked for).
+    """
+    check_split(task, split)
+    items, seen = [], set()
+    for i in range(n):
+        level = levels[i % len(levels)]
+        rng = numpy_generator(seed, SPLITS.index(split), level, i)
+        while True:
+            item = make(rng, level)
+            if item and item["key"] not in seen and is_heldout(item["key"]) == (split == "heldout"):
+                break
+        if distinct:
+            seen.add(item["key"])
+        del item["key"]
+        items.append(item)
+    return items
+
+
 @dataclass(frozen=True)
 class Hub:
     """A public dataset: our split -> its split. A hub split serving both of ours is divided by hash."""

@@ -24,9 +24,8 @@ from __future__ import annotations
 from functools import lru_cache
 from itertools import islice
 
-from arena.rng import numpy_generator
 from rewards.base import chat_prompt, last_answer
-from rewards.data import SPLITS, check_split, is_heldout, load_examples, sample
+from rewards.data import generate_split, load_examples, sample
 from rewards.parsing import clip
 
 LEVELS = (6, 8, 10, 12)  # empty cells; 12 (4 givens) is the most a unique 4x4 puzzle can have
@@ -61,6 +60,11 @@ def solutions(puzzle: str, limit: int = 2) -> list[str]:
 def all_grids() -> tuple[str, ...]:
     """The 288 valid 4x4 grids."""
     return tuple(solutions("0" * 16, limit=1000))
+
+
+def _make(rng, empties: int) -> dict | None:
+    made = _make_puzzle(rng, empties)
+    return made and {"puzzle": made[0], "solution": made[1], "difficulty": empties, "key": made[0]}
 
 
 def _make_puzzle(rng, empties: int) -> tuple[str, str] | None:
@@ -121,16 +125,4 @@ class Sudoku4Task:
         """Generated puzzles (default ``n`` = 64 per level, balanced, distinct), or puzzles from ``source``."""
         if source is not None:
             return sample(load_examples(self.name, split, source, _from_record, lambda x: x["puzzle"]), n, seed, split)
-        check_split(self.name, split)
-        n = 64 * len(LEVELS) if n is None else n
-        items, seen = [], set()
-        for i in range(n):
-            empties = LEVELS[i % len(LEVELS)]
-            rng = numpy_generator(seed, SPLITS.index(split), empties, i)
-            while True:
-                made = _make_puzzle(rng, empties)
-                if made and made[0] not in seen and is_heldout(made[0]) == (split == "heldout"):
-                    break
-            seen.add(made[0])
-            items.append({"puzzle": made[0], "solution": made[1], "difficulty": empties})
-        return items
+        return generate_split(self.name, split, 64 * len(LEVELS) if n is None else n, seed, LEVELS, _make)
