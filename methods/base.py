@@ -16,6 +16,8 @@ from typing import Any, Callable, Protocol
 
 import torch
 
+from arena.rng import name_key, torch_generator
+
 RewardFn = Callable[[int, str], float]  # (prompt index in the batch, completion text) -> reward
 
 
@@ -104,14 +106,25 @@ class Trainable:
             raise ValueError(f"trainable must be 'full' or 'lora', got {self.mode!r}")
 
 
-def make_trainable(policy, trainable: Trainable) -> list[tuple[str, torch.nn.Parameter]]:
-    """Set requires_grad per ``trainable`` (wrapping with LoRA if asked); return the trained parameters."""
+def make_trainable(policy, trainable: Trainable, seed: int) -> list[tuple[str, torch.nn.Parameter]]:
+    """Set requires_grad per ``trainable`` (wrapping with LoRA if asked); return the trained parameters.
+
+    LoRA A matrices are re-drawn from generators keyed by (seed, parameter name), with peft's own
+    distribution (kaiming-uniform, bound 1/sqrt(fan_in)); B stays zero. peft would draw them from
+    the global RNG, which would make runs depend on whatever ran before.
+    """
     if trainable.mode == "lora" and not hasattr(policy.model, "disable_adapter"):
         from peft import LoraConfig, get_peft_model
 
         lora = LoraConfig(r=trainable.lora_rank, lora_alpha=trainable.lora_alpha,
                           target_modules=list(trainable.lora_targets), lora_dropout=0.0, bias="none")
         policy.model = get_peft_model(policy.model, lora)
+        with torch.no_grad():
+            for name, param in policy.model.named_parameters():
+                if "lora_A" in name:
+                    bound = 1.0 / param.shape[1] ** 0.5
+                    draw = torch.rand(param.shape, generator=torch_generator(seed, name_key(name)))
+                    param.copy_((2 * draw - 1) * bound)
     if trainable.mode == "full":
         for param in policy.model.parameters():
             param.requires_grad_(True)

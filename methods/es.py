@@ -48,7 +48,7 @@ import torch.distributed as dist
 
 from arena.rng import name_key, seed_of, torch_generator
 from arena.sampler import SamplerConfig, generate
-from methods.base import Consumption, RewardFn, StepResult, Trainable, make_trainable, register
+from methods.base import Consumption, RewardFn, StepResult, Trainable, make_trainable, register, world
 
 NOISE, DECODE = 1, 2  # key domains: parameter noise, member decoding
 
@@ -71,10 +71,6 @@ def zscore(fitness: torch.Tensor) -> torch.Tensor:
 
 
 SHAPING = {"centered_rank": centered_rank, "zscore": zscore}
-
-
-def _world() -> tuple[int, int]:
-    return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
 
 
 @register("es")
@@ -115,7 +111,7 @@ class ES:
     def __init__(self, policy, config: Config, seed: int):
         self.policy, self.config, self.seed = policy, config, seed
         trainable = Trainable(config.trainable, config.lora_rank, config.lora_alpha, tuple(config.lora_targets))
-        self.params = make_trainable(policy, trainable)
+        self.params = make_trainable(policy, trainable, seed)
         names = {name for name, _ in self.params}
         self.hooked = {}  # parameter name -> nn.Linear that takes its low-rank noise in the forward
         if config.noise == "lowrank":
@@ -194,14 +190,14 @@ class ES:
     # ---- one step: evaluate this rank's members, share the fitnesses, update
 
     def step(self, prompts: list[list[int]], reward_fn: RewardFn, step: int) -> StepResult:
-        cfg, (rank, world) = self.config, _world()
-        if world > 1 and step % cfg.checksum_every == 0:
+        cfg, (rank, size) = self.config, world()
+        if size > 1 and step % cfg.checksum_every == 0:
             self.check_replicas(step)
         prompts = prompts[: cfg.prompts_per_member or len(prompts)]
         n = cfg.population
         totals = torch.zeros(n + 5, dtype=torch.float64)  # fitness per member, then the counters below
         completions = []
-        for member in range(rank, n, world):
+        for member in range(rank, n, size):
             start = time.perf_counter()
             with self.perturbed(step, member):
                 perturbed_at = time.perf_counter()
@@ -216,7 +212,7 @@ class ES:
             if not completions:
                 completions = [{"prompt": i, "text": t, "reward": r, "member": member}
                                for i, (t, r) in enumerate(zip(out.texts, rewards))]
-        if world > 1:
+        if size > 1:
             totals = totals.to(self.policy.device)
             dist.all_reduce(totals)
             totals = totals.cpu()
@@ -233,7 +229,7 @@ class ES:
         local = torch.zeros(1, dtype=torch.int64, device=self.policy.device)
         for name, param in self.params:
             local += self.master.get(name, param).view(torch.int32).sum(dtype=torch.int64)
-        gathered = [torch.zeros_like(local) for _ in range(_world()[1])]
+        gathered = [torch.zeros_like(local) for _ in range(world()[1])]
         dist.all_gather(gathered, local)
         sums = [int(g) for g in gathered]
         if len(set(sums)) > 1:

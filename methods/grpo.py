@@ -99,7 +99,7 @@ class GRPO:
     def __init__(self, policy, config: GRPOConfig, seed: int):
         self.policy, self.config, self.seed = policy, config, seed
         trainable = Trainable(config.trainable, config.lora_rank, config.lora_alpha, tuple(config.lora_targets))
-        self.params = make_trainable(policy, trainable)
+        self.params = make_trainable(policy, trainable, seed)
         self.reference = None  # full fine-tuning with β > 0 keeps a frozen copy; LoRA disables the adapter
         if config.beta > 0 and config.trainable == "full":
             self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)

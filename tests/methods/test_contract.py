@@ -90,3 +90,15 @@ def test_unknown_options_are_named(method_name):
 def test_unknown_method_lists_known():
     with pytest.raises(KeyError, match="known methods"):
         methods.get_method("sgd")
+
+
+def test_lora_initialisation_is_keyed_not_global():
+    from methods.base import Trainable, make_trainable
+
+    adapters = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)  # whatever ran before must not matter
+        policy = build_policy(SMALL)
+        make_trainable(policy, Trainable("lora"), seed=7)
+        adapters.append({n: p.detach().clone() for n, p in policy.model.named_parameters() if "lora_A" in n})
+    assert adapters[0].keys() and all(torch.equal(adapters[0][n], adapters[1][n]) for n in adapters[0])
