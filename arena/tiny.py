@@ -144,25 +144,35 @@ def training_batch(policy: Policy, examples: list[dict], task) -> tuple[torch.Te
     return ids, valid, target
 
 
+def complementary_masks(target: torch.Tensor, block_size: int, generator, eps: float = 1e-3) -> torch.Tensor:
+    """(batch, 2, T) masks: per block a rate t ~ U(eps, 1), positions masked w.p. t, and the complement.
+
+    Only completion positions that are not block starts are maskable; the two views together mask
+    each of them exactly once.
+    """
+    batch, T = target.shape
+    maskable = target & (torch.arange(T) % block_size != 0)
+    rate = (1 - eps) * torch.rand(batch, T // block_size, generator=generator) + eps
+    mask = (torch.rand(batch, T, generator=generator) < rate.repeat_interleave(block_size, 1)) & maskable
+    return torch.stack([mask, maskable & ~mask], 1)
+
+
 def diffusion_loss(policy: Policy, ids, valid, target, generator, eps: float = 1e-3) -> torch.Tensor:
     """Fast-dLLM v2 objective with complementary masks, summed CE / number of completion tokens."""
     B = policy.block_size
-    batch, T = ids.shape
+    T = ids.shape[1]
     first_target = int(target.float().argmax(1).min())
     layout = PackedLayout(T, B, n_noisy=2, noisy_start=(first_target // B) * B)
-    positions = torch.arange(T)
-    block_start = positions % B == 0
-    maskable = target & ~block_start  # block starts are AR tokens, never masked
-    rate = (1 - eps) * torch.rand(batch, T // B, generator=generator) + eps
-    mask = (torch.rand(batch, T, generator=generator) < rate.repeat_interleave(B, 1)) & maskable
-    views = torch.stack([torch.where(mask, policy.mask_id, ids), torch.where(maskable & ~mask, policy.mask_id, ids)], 1)
+    block_start = torch.arange(T) % B == 0
+    masks = complementary_masks(target, B, generator, eps)
+    views = torch.where(masks, policy.mask_id, ids[:, None])
     hidden = policy.packed_hidden(ids, valid, views[:, :, layout.noisy_start :], layout)
     losses = []
     ar_rows, ar_pos = (target & block_start).nonzero(as_tuple=True)
     ar_index = layout.predictor_index(ar_pos)
     losses.append(torch.nn.functional.cross_entropy(policy.logits(hidden[ar_rows, ar_index]), ids[ar_rows, ar_pos], reduction="sum"))
-    for stream, view_mask in ((1, mask), (2, maskable & ~mask)):
-        rows, pos = view_mask.nonzero(as_tuple=True)
+    for stream in (1, 2):
+        rows, pos = masks[:, stream - 1].nonzero(as_tuple=True)
         index = layout.predictor_index(pos, stream)
         losses.append(torch.nn.functional.cross_entropy(policy.logits(hidden[rows, index]), ids[rows, pos], reduction="sum"))
     return sum(losses) / target.sum()
