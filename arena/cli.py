@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--max-new-tokens", type=int, default=32)
     sample.set_defaults(run=cmd_sample)
 
+    from arena.estimator_report import add_command as add_estimators
+    add_estimators(commands)
     return parser
 
 

@@ -1,0 +1,74 @@
+"""Estimator cost on the tiny model on CPU: the shared clean stream, and packed vs per-block scoring.
+
+    python -m benchmarks.estimators [--model tiny|random] [--batch 4] [--lengths 64,256] [--repeats 3]
+
+Run from the repository root (see ``benchmarks.sampler_and_scoring`` for ``--model``). Every ratio
+compares two paths measured in the same run; times are medians over ``--repeats`` runs after a warm-up.
+
+1. A K-draw ELBO (``block_elbo``, count form) in one packed forward whose K noisy streams share one
+   clean stream, vs K separate packed passes of one draw each (the same estimator: K independent
+   draws averaged), forward only and forward + backward. The token ratio is what the layout saves in
+   forwarded tokens, (T + K·N) / (K·(T + N)) for T clean and N noisy tokens per stream; on a GPU the
+   measured ratio approached it for K = 2 (research/gpu_anchors.md). Dense masks make attention
+   grow with the square of the packed length, so large K can cost more than it saves. K = 1 runs the
+   same computation both ways: its ratio shows the timing noise.
+2. Packed vs per-block scoring, as in ``benchmarks.sampler_and_scoring``.
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from benchmarks.sampler_and_scoring import load, random_batch, scoring_table, timed
+from methods.likelihood import estimate, sequence_logprob
+
+
+def elbo_pass(policy, batch, draws: int, key: tuple[int, ...], backward: bool):
+    with torch.set_grad_enabled(backward):
+        est = estimate("block_elbo", policy, batch, key, draws=draws, form="count")
+        if backward:
+            sequence_logprob(est).sum().backward()
+    return est.forward_tokens
+
+
+def shared_vs_separate(policy, batch: int, length: int, prompt: int, draws: list[int], repeats: int) -> None:
+    rows = random_batch(policy, batch, prompt, length)
+    print(f"\nK-draw ELBO: shared clean stream (one pass) vs K separate packed passes, batch {batch}, "
+          f"length {length}, prompt {prompt}, block {policy.block_size}")
+    print("ratio = shared / separate: below 1, the shared clean stream saves time")
+    print(f"{'K':>3} {'shared ms':>10} {'separate ms':>12} {'ratio':>6} {'fwd+bwd shared':>15} {'separate':>9} "
+          f"{'ratio':>6} {'token ratio':>12}")
+    for k in draws:
+        times, tokens = {}, {}
+        for backward in (False, True):
+            times["shared", backward], tokens["shared"] = timed(
+                lambda: elbo_pass(policy, rows, k, (0, 0, 0), backward), repeats)
+            times["separate", backward], tokens["separate"] = timed(
+                lambda: sum(elbo_pass(policy, rows, 1, (0, 0, d), backward) for d in range(k)), repeats)
+            policy.model.zero_grad(set_to_none=True)
+        forward = times["shared", False] / times["separate", False]
+        both = times["shared", True] / times["separate", True]
+        print(f"{k:>3} {1e3 * times['shared', False]:>10.1f} {1e3 * times['separate', False]:>12.1f} {forward:>6.2f} "
+              f"{1e3 * times['shared', True]:>15.1f} {1e3 * times['separate', True]:>9.1f} {both:>6.2f} "
+              f"{tokens['shared'] / tokens['separate']:>12.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["tiny", "random"], default="tiny")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--lengths", default="64,256", help="prompt + completion tokens per row, comma separated")
+    parser.add_argument("--prompt", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    policy = load(args.model)
+    print(f"model {args.model} ({sum(p.numel() for p in policy.model.parameters()):,} parameters), "
+          f"{torch.get_num_threads()} torch threads, times: median of {args.repeats}")
+    for length in map(int, args.lengths.split(",")):
+        shared_vs_separate(policy, args.batch, length, args.prompt, [1, 2, 4, 8], args.repeats)
+    scoring_table(policy, args.batch, [32, 128, 512], args.repeats, args.prompt)
+
+
+if __name__ == "__main__":
+    main()
