@@ -146,8 +146,8 @@ def exact_references(policy, batch: ScoringBatch, prompts, completions, progress
     elbo = np.full((len(prompts), batch.ids.shape[1] // policy.block_size), np.nan)
     exact = elbo.copy()
     for i in tqdm(range(len(prompts)), desc="analytic ELBO", disable=not progress):
-        for k, block_elbo, block_exact in completion_blocks(policy, prompts[i], completions[i], batch.temperature):
-            elbo[i, k], exact[i, k] = block_elbo, block_exact
+        for block in completion_blocks(policy, prompts[i], completions[i], batch.temperature):
+            elbo[i, block.index], exact[i, block.index] = block.elbo, block.exact
     return elbo, exact
 
 

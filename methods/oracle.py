@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -75,13 +76,28 @@ def analytic_elbo(cond: dict, masked: list[int]) -> float:
     return total
 
 
-def completion_blocks(policy, prompt: list[int], completion: list[int], temperature: float = 1.0):
-    """Exact per-block terms of a completion that covers whole blocks (as the sampler returns them).
+@dataclass
+class OracleBlock:
+    """Exact terms of one completion block: its first-token term and the inner ELBO / log-lik."""
 
-    Yields (block index, analytic ELBO, exact random-order log-lik) per completion block, each with
-    the block's first-token term (log p of the AR token from the clean previous block; none for the
-    block holding the prompt tail, whose given positions are the prompt's).
-    """
+    index: int
+    first: float  # log p of the AR first token from the clean previous block; 0 for the prompt-tail block
+    inner_elbo: float
+    inner_exact: float
+    cond: dict  # conditionals(...) of the block, for further exact quantities
+    masked: list[int]
+
+    @property
+    def elbo(self) -> float:
+        return self.first + self.inner_elbo
+
+    @property
+    def exact(self) -> float:
+        return self.first + self.inner_exact
+
+
+def completion_blocks(policy, prompt: list[int], completion: list[int], temperature: float = 1.0):
+    """Exact per-block terms of a completion that covers whole blocks (as the sampler returns them)."""
     B, full = policy.block_size, list(prompt) + list(completion)
     for k in range(len(prompt) // B, -(-len(full) // B)):
         block = full[k * B : (k + 1) * B]
@@ -91,4 +107,4 @@ def completion_blocks(policy, prompt: list[int], completion: list[int], temperat
             prefix = torch.tensor([full[: k * B]], device=policy.device)
             first = float(next_token_logprobs(policy, prefix, temperature)[0, -1, block[0]])
         cond = conditionals(policy, full[: k * B], block, masked, temperature)
-        yield k, first + analytic_elbo(cond, masked), first + exact_random_order_logprob(cond, masked)
+        yield OracleBlock(k, first, analytic_elbo(cond, masked), exact_random_order_logprob(cond, masked), cond, masked)

@@ -12,7 +12,7 @@ import torch
 
 from arena.sampler import SamplerConfig, generate
 from methods.likelihood import ESTIMATORS, ScoringBatch, estimate, gauss_legendre_nodes, sequence_logprob
-from oracle import analytic_elbo, conditionals, exact_random_order_logprob, next_token_logprobs
+from methods.oracle import analytic_elbo, completion_blocks, conditionals, next_token_logprobs
 
 Z_LIMIT = 4.5
 PROMPT = [5, 6, 7, 8, 9]  # length 5: block 1 holds the prompt tail (one token) and 3 denoised positions
@@ -23,20 +23,8 @@ def batch_for(policy, prompt=PROMPT, completion=COMPLETION, temperature=1.0):
     return ScoringBatch.build([prompt], [completion], policy.pad_id, policy.block_size, temperature)
 
 
-def oracle_blocks(policy, prompt=PROMPT, completion=COMPLETION, temperature=1.0):
-    """Per completion block: (first-token term, analytic inner ELBO, exact inner log-lik, conditionals)."""
-    B, full = policy.block_size, prompt + completion
-    out = []
-    for k in range(len(prompt) // B, len(full) // B):
-        block = full[k * B : (k + 1) * B]
-        given = {i for i in range(B) if k * B + i < len(prompt) or i == 0}
-        masked = [i for i in range(B) if i not in given]
-        first = 0.0
-        if k * B >= len(prompt):
-            first = float(next_token_logprobs(policy, torch.tensor([full[: k * B]]), temperature)[0, k * B - 1, full[k * B]])
-        cond = conditionals(policy, full[: k * B], block, masked, temperature)
-        out.append((first, analytic_elbo(cond, masked), exact_random_order_logprob(cond, masked), cond, masked))
-    return out
+def oracle_blocks(policy):
+    return list(completion_blocks(policy, PROMPT, COMPLETION))
 
 
 def repeated(policy, name, options, repeats):
@@ -94,8 +82,8 @@ def test_block_masked_equals_per_block_oracle(tiny_policy):
     """Property 2: the packed single forward equals each block scored on its own."""
     with torch.no_grad():
         got = estimate("block_masked", tiny_policy, batch_for(tiny_policy), (0, 0, 0)).logp[0, 1:]
-    for value, (first, _, _, cond, masked) in zip(got.tolist(), oracle_blocks(tiny_policy)):
-        assert value == pytest.approx(first + sum(cond[frozenset()].values()), abs=1e-4)
+    for value, block in zip(got.tolist(), oracle_blocks(tiny_policy)):
+        assert value == pytest.approx(block.first + sum(block.cond[frozenset()].values()), abs=1e-4)
 
 
 def test_first_token_term_is_the_samplers_log_softmax(tiny_policy):
@@ -122,18 +110,19 @@ def test_first_token_term_is_the_samplers_log_softmax(tiny_policy):
 def test_monte_carlo_elbo_is_unbiased(tiny_policy, options):
     """Property 4a: E[MC ELBO] = analytic ELBO (z-test over 1000 independent keys)."""
     samples = repeated(tiny_policy, "block_elbo", {"draws": 2, **options}, 1000)
-    target = np.array([first + elbo for first, elbo, *_ in oracle_blocks(tiny_policy)])
+    target = np.array([block.elbo for block in oracle_blocks(tiny_policy)])
     assert np.all(np.abs(z_scores(samples, target)) < Z_LIMIT), (samples.mean(0), target)
 
 
 def test_analytic_elbo_is_a_lower_bound_and_log_of_sum_is_caught(tiny_policy):
     """Property 4b: ELBO <= exact log-lik. A log-of-sum where the sum-of-logs belongs breaks it."""
     blocks = oracle_blocks(tiny_policy)
-    for _, elbo, exact, _, _ in blocks:
-        assert elbo <= exact + 1e-9
+    for block in blocks:
+        assert block.inner_elbo <= block.inner_exact + 1e-9
     # The plausible neighbour: log E_(l,M)[exp((m/l) S(M))] in place of E[(m/l) S(M)] (count form).
     wrong = []
-    for _, _, exact, cond, masked in blocks:
+    for block in blocks:
+        cond, masked, exact = block.cond, block.masked, block.inner_exact
         m, mixture = len(masked), 0.0
         for l in range(1, m + 1):
             subsets = [s for s in cond if len(s) == m - l]
@@ -169,7 +158,7 @@ def test_gauss_legendre_quadrature_of_the_exact_integrand(tiny_policy):
 def test_gauss_legendre_estimator_is_unbiased_at_enough_nodes(tiny_policy):
     """Property 5b: one mask per node, n = ceil(m/2) = 2 nodes: unbiased for the analytic ELBO."""
     samples = repeated(tiny_policy, "block_gauss_legendre", {"nodes": 2}, 1000)
-    target = np.array([first + elbo for first, elbo, *_ in oracle_blocks(tiny_policy)])
+    target = np.array([block.elbo for block in oracle_blocks(tiny_policy)])
     assert np.all(np.abs(z_scores(samples, target)) < Z_LIMIT), (samples.mean(0), target)
 
 

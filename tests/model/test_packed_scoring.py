@@ -4,7 +4,7 @@ import torch
 
 from arena.layout import PackedLayout
 from arena.rng import torch_generator
-from oracle import next_token_logprobs
+from methods.oracle import next_token_logprobs
 
 B = 4
 

@@ -7,7 +7,7 @@ import torch
 from scipy import stats
 
 from arena.sampler import SamplerConfig, draw, generate
-from oracle import conditionals, exact_random_order_logprob, next_token_logprobs
+from methods.oracle import conditionals, exact_random_order_logprob, next_token_logprobs
 
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12], [13] * 8, [20, 21, 22, 23, 24], [30], [40, 41, 42, 43, 44, 45, 46]]
 # prompt lengths 3, 4 (= block), 8 (multiple of the block), 5, 1, 7: every alignment case
