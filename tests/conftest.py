@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 
@@ -27,3 +29,17 @@ def tiny_policy():
 def small_vocab_policy():
     """A policy whose model has only 8 output ids (tokens 0..7), for exact enumeration."""
     return sharpen(build_policy(SMALL, vocab=8), std=0.6)
+
+
+def write_records(tmp_path, suffix: str, rows: list[dict]):
+    """Rows in a public dataset's file format (.jsonl, .json or .parquet), as the loaders read them."""
+    path = tmp_path / f"rows{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif suffix == ".json":
+        path.write_text(json.dumps(rows))
+    else:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_parquet(path)
+    return path

@@ -1,14 +1,13 @@
-import json
 import operator
 from fractions import Fraction
 
-import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewards.countdown import FORMAT_CREDIT, CountdownTask, evaluate
 from rewards.data import is_heldout
+from conftest import write_records
 
 TASK = CountdownTask()
 EXAMPLE = {"numbers": [44, 19, 35], "target": 98}
@@ -117,11 +116,7 @@ def test_examples_reject_unknown_split():
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_loads_the_public_countdown_format(tmp_path, suffix):
     rows = [{"target": 10 + i, "nums": [i + 1, 9, 10, 1][: 3 + i % 2]} for i in range(40)]
-    path = tmp_path / f"countdown{suffix}"
-    if suffix == ".jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    else:
-        pd.DataFrame(rows).to_parquet(path)
+    path = write_records(tmp_path, suffix, rows)
     train, heldout = (TASK.examples(s, source=str(path)) for s in ("train", "heldout"))
     assert len(train) + len(heldout) == 40 and heldout
     item = train[0]

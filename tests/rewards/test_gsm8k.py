@@ -1,9 +1,9 @@
 import json
 
-import pandas as pd
 import pytest
 
 from rewards.gsm8k import GSM8KTask, reference
+from conftest import write_records
 
 TASK = GSM8KTask()
 SOLUTION = (
@@ -70,11 +70,7 @@ def test_reference_reads_the_last_marker():
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_loads_the_public_gsm8k_format(tmp_path, suffix):
     rows = [{"question": f"How many? {i}", "answer": f"step one\nstep two\n#### {i}"} for i in range(30)]
-    path = tmp_path / f"gsm8k{suffix}"
-    if suffix == ".jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    else:
-        pd.DataFrame(rows).to_parquet(path)
+    path = write_records(tmp_path, suffix, rows)
     train, heldout = (TASK.examples(s, source=str(path)) for s in ("train", "heldout"))
     assert len(train) + len(heldout) == 30 and heldout
     item = train[0]

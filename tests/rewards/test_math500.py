@@ -1,9 +1,8 @@
-import json
 
-import pandas as pd
 import pytest
 
 from rewards.math500 import Math500Task, equivalent, reference
+from conftest import write_records
 
 TASK = Math500Task()
 
@@ -95,11 +94,7 @@ def test_loads_the_public_math500_format(tmp_path, suffix):
          "subject": "Algebra", "level": 1 + i % 5, "unique_id": f"test/algebra/{i}.json"}
         for i in range(30)
     ]
-    path = tmp_path / f"math500{suffix}"
-    if suffix == ".jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    else:
-        pd.DataFrame(rows).to_parquet(path)
+    path = write_records(tmp_path, suffix, rows)
     train, heldout = (TASK.examples(s, source=str(path)) for s in ("train", "heldout"))
     assert len(train) + len(heldout) == 30 and heldout
     item = heldout[0]

@@ -1,16 +1,15 @@
 """Contract tests shared by the reward tasks: registry, answer extraction, loaders, totality."""
-import json
 import sys
 import time
 import types
 
-import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewards import TASKS, get_task, last_answer
 from rewards.data import is_heldout, load_examples, read_records, sample
+from conftest import write_records
 
 REAL_TASKS = ("countdown", "gsm8k", "math500", "sudoku4")
 EXAMPLES = {
@@ -131,20 +130,9 @@ def test_prompts_ask_for_an_answer_tag(name):
 ROWS = [{"question": f"q{i}", "answer": f"#### {i}", "nums": [1, 2, i]} for i in range(50)]
 
 
-def write(tmp_path, suffix, rows):
-    path = tmp_path / f"rows{suffix}"
-    if suffix == ".jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    elif suffix == ".json":
-        path.write_text(json.dumps(rows))
-    else:
-        pd.DataFrame(rows).to_parquet(path)
-    return path
-
-
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet"])
 def test_read_records_gives_plain_python_values(tmp_path, suffix):
-    records = read_records(write(tmp_path, suffix, ROWS))
+    records = read_records(write_records(tmp_path, suffix, ROWS))
     assert records == ROWS
 
 
@@ -160,7 +148,7 @@ def test_read_records_rejects_unknown_files(tmp_path):
 
 
 def test_local_files_split_by_item_hash(tmp_path):
-    path = write(tmp_path, ".jsonl", ROWS)
+    path = write_records(tmp_path, ".jsonl", ROWS)
     split = {s: load_examples("t", s, str(path), dict, lambda r: r["question"]) for s in ("train", "heldout")}
     assert len(split["train"]) + len(split["heldout"]) == len(ROWS)
     assert all(is_heldout(r["question"]) for r in split["heldout"])
@@ -168,7 +156,7 @@ def test_local_files_split_by_item_hash(tmp_path):
 
 
 def test_bad_records_name_the_source(tmp_path):
-    path = write(tmp_path, ".jsonl", [{"question": "q"}])
+    path = write_records(tmp_path, ".jsonl", [{"question": "q"}])
     with pytest.raises(ValueError, match="record 0 of .*rows.jsonl"):
         load_examples("t", "train", str(path), lambda r: {"a": r["answer"]}, str)
 
