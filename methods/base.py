@@ -151,12 +151,12 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
-    """Sum ``tensor`` across ranks in place (no-op on one process)."""
+def all_reduce_sum(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """Sum (or ``op="max"``) ``tensor`` across ranks in place (no-op on one process)."""
     import torch.distributed as dist
 
     if world()[1] > 1:
-        dist.all_reduce(tensor)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
     return tensor
 
 

@@ -194,19 +194,25 @@ class GRPO:
             torch.nn.utils.clip_grad_norm_([p for _, p in self.params], config.max_grad_norm)
             self.optimizer.step()
 
+        # ---- statistics and consumption over all ranks
         groups = rewards.view(-1, G)
         generated = sum(len(t) for t in out.tokens)
+        totals = all_reduce_sum(torch.tensor([
+            n, generated, out.forward_tokens + self.forward_tokens, float(rewards.sum()), float((rewards**2).sum()),
+            float((groups.std(1) == 0).sum()), len(groups), sum(out.lengths), sums["units"], sums["clipped"],
+            sums["ratio"], sums["kl"], sums["draw_std"], sums["draw_units"], sums["loss"]], dtype=torch.float64))
+        (n_all, tokens_all, forward_all, r_sum, r_sq, zero_std, n_groups, lengths, units, clipped, ratio_sum, kl_sum,
+         draw_std, draw_units, loss_sum) = totals.tolist()
+        mean = r_sum / n_all
         stats = {
-            "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()) if n > 1 else 0.0,
-            "frac_zero_std_groups": float((groups.std(1) == 0).float().mean()),
-            "loss": sums["loss"] / config.inner_iterations,
-            "clip_frac": sums["clipped"] / max(sums["units"], 1), "kl": sums["kl"] / max(sums["units"], 1),
-            "ratio_mean": sums["ratio"] / max(sums["units"], 1), "ratio_max": ratio_max,
-            "estimator_std": sums["draw_std"] / max(sums["draw_units"], 1),
-            "completion_length": sum(out.lengths) / n, "tokens": float(generated),
-            "step_seconds": time.time() - start,
+            "reward_mean": mean, "reward_std": max(0.0, (r_sq - n_all * mean**2) / max(n_all - 1, 1)) ** 0.5,
+            "frac_zero_std_groups": zero_std / n_groups, "loss": loss_sum / config.inner_iterations,
+            "clip_frac": clipped / max(units, 1), "kl": kl_sum / max(units, 1), "ratio_mean": ratio_sum / max(units, 1),
+            "ratio_max": float(all_reduce_sum(torch.tensor(ratio_max), op="max")),
+            "estimator_std": draw_std / max(draw_units, 1), "completion_length": lengths / n_all,
+            "tokens": tokens_all, "step_seconds": time.time() - start,
         }
-        consumption = Consumption(samples=n, tokens=generated, forward_tokens=out.forward_tokens + self.forward_tokens)
+        consumption = Consumption(samples=int(n_all), tokens=int(tokens_all), forward_tokens=int(forward_all))
         sample = [{"prompt": i, "text": text, "reward": float(r)} for (i, _), text, r in zip(rows, out.texts, rewards)]
         return StepResult(consumption, stats, sample[: 2 * G])
 

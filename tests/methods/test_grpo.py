@@ -111,9 +111,11 @@ def _replica(rank: int, world: int, directory: str) -> None:
         options = {**FAST, "lr": 1e-4, "estimator": "elbo", "beta": 0.05, "inner_iterations": 2}
         method = make_method("block_grpo", policy, options, seed=3)
         for step in range(2):
-            method.step([policy.encode(p) for p in PROMPTS], digit_share, step)
+            result = method.step([policy.encode(p) for p in PROMPTS], digit_share, step)
         if rank == 0:
-            torch.save({n: p.detach() for n, p in policy.model.named_parameters()}, f"{directory}/grpo-{world}.pt")
+            torch.save({"params": {n: p.detach() for n, p in policy.model.named_parameters()},
+                        "consumption": result.consumption, "reward_mean": result.stats["reward_mean"],
+                        "reward_std": result.stats["reward_std"]}, f"{directory}/grpo-{world}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -127,7 +129,12 @@ def test_two_gloo_processes_match_one(tmp_path):
     """
     for world in (1, 2):
         mp.spawn(_replica, args=(world, str(tmp_path)), nprocs=world)
-    one, two = torch.load(tmp_path / "grpo-1.pt"), torch.load(tmp_path / "grpo-2.pt")
+    one, two = (torch.load(tmp_path / f"grpo-{w}.pt", weights_only=False) for w in (1, 2))
+    # statistics and budget are global, not per rank (forward tokens include each rank's own padding)
+    a, b = one["consumption"], two["consumption"]
+    assert (a.samples, a.tokens) == (b.samples, b.tokens) and abs(a.forward_tokens / b.forward_tokens - 1) < 0.25
+    assert abs(one["reward_mean"] - two["reward_mean"]) < 1e-9 and abs(one["reward_std"] - two["reward_std"]) < 1e-9
+    one, two = one["params"], two["params"]
     start = dict(sharpen(build_policy(SMALL), std=0.1).model.named_parameters())
     differences = torch.cat([(one[n] - two[n]).abs().flatten() for n in one])
     assert differences.max() < 0.05 * 4 * 1e-4
