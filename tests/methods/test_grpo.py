@@ -133,7 +133,7 @@ def test_two_gloo_processes_match_one(tmp_path):
     # statistics and budget are global, not per rank (forward tokens include each rank's own padding)
     a, b = one["consumption"], two["consumption"]
     assert (a.samples, a.tokens) == (b.samples, b.tokens) and abs(a.forward_tokens / b.forward_tokens - 1) < 0.25
-    assert abs(one["reward_mean"] - two["reward_mean"]) < 1e-9 and abs(one["reward_std"] - two["reward_std"]) < 1e-9
+    assert abs(one["reward_mean"] - two["reward_mean"]) < 1e-6 and abs(one["reward_std"] - two["reward_std"]) < 1e-6
     one, two = one["params"], two["params"]
     start = dict(sharpen(build_policy(SMALL), std=0.1).model.named_parameters())
     differences = torch.cat([(one[n] - two[n]).abs().flatten() for n in one])
