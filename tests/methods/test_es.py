@@ -1,5 +1,6 @@
 """ES (methods/es.py): the pitfalls of research/es_llm.md §5 as tests, plus the update's size,
 its direction on a toy objective, learning on the tiny model, and two gloo processes = one."""
+import datetime
 import math
 import pathlib
 import types
@@ -247,7 +248,8 @@ def test_antithetic_population_must_be_even():
 
 def _replica(rank: int, world: int, directory: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{directory}/store-{world}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{directory}/store-{world}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
     try:
         policy = sharpen(build_policy(SMALL), std=0.1)
         method = make_method("es", policy, {**FAST, "checksum_every": 1}, seed=0)
@@ -267,6 +269,7 @@ def _replica(rank: int, world: int, directory: str) -> None:
             except RuntimeError as error:
                 pathlib.Path(directory, f"drift-{rank}.txt").write_text(str(error))
     finally:
+        dist.barrier()  # tear down together: a rank leaving early aborts gloo in the other ("terminate called")
         dist.destroy_process_group()
 
 

@@ -1,5 +1,7 @@
 """The GRPO family: learning on a toy reward, mask keying across inner iterations, the μ=1 identity,
 and two gloo processes computing what one process computes."""
+import datetime
+
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -105,7 +107,8 @@ def test_step_statistics_have_consistent_names():
 
 
 def _replica(rank: int, world: int, directory: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{directory}/grpo-store-{world}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{directory}/grpo-store-{world}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
     try:
         policy = sharpen(build_policy(SMALL), std=0.1)
         options = {**FAST, "lr": 1e-4, "estimator": "elbo", "beta": 0.05, "inner_iterations": 2}
@@ -117,6 +120,7 @@ def _replica(rank: int, world: int, directory: str) -> None:
                         "consumption": result.consumption, "reward_mean": result.stats["reward_mean"],
                         "reward_std": result.stats["reward_std"]}, f"{directory}/grpo-{world}.pt")
     finally:
+        dist.barrier()  # tear down together: a rank leaving early aborts gloo in the other ("terminate called")
         dist.destroy_process_group()
 
 
