@@ -33,11 +33,13 @@ def cmd_pretrain(args) -> None:
 def cmd_sample(args) -> None:
     from arena.policy import load_policy
     from arena.sampler import SamplerConfig, generate
+    from rewards import chat_prompt
 
     policy = load_policy(args.model)
     config = SamplerConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                            threshold=args.threshold, order=args.order)
-    prompt = policy.encode(args.prompt)
+    text = args.prompt if args.raw else chat_prompt(args.prompt, policy.tokenizer)
+    prompt = policy.encode(text)
     if not prompt:
         raise UserError("--prompt: the prompt is empty after tokenization")
     out = generate(policy, [prompt] * args.n, config, seed=args.seed)
@@ -65,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--threshold", type=float, default=1.0, help="confidence threshold (1 = one token a step)")
     sample.add_argument("--order", choices=("confidence", "random"), default="confidence")
     sample.add_argument("--max-new-tokens", type=int, default=32)
+    sample.add_argument("--raw", action="store_true", help="do not wrap the prompt in the tokenizer's chat template")
     sample.set_defaults(run=cmd_sample)
 
     from arena.estimator_report import add_command as add_estimators
