@@ -155,7 +155,11 @@ def generate(
     counters = {"step": 0, "forward_tokens": 0}
 
     def forward(queries: torch.Tensor, queries_valid: torch.Tensor, start: int, commit: bool) -> torch.Tensor:
-        """Logits (rows, Q, V) of ``queries`` at physical positions [start, start+Q) after the committed context."""
+        """Hidden states (rows, Q, d) of ``queries`` at physical positions [start, start+Q) after the committed context.
+
+        Callers take logits only where they need them: the prompt prefix and a committed block need
+        their last position alone (a full-vocabulary logit tensor per prefix position is gigabytes at 7B).
+        """
         nonlocal context, context_valid
         width_q = queries.shape[1]
         keys_valid = torch.cat([context_valid, queries_valid], 1)
@@ -169,11 +173,12 @@ def generate(
             mask = block_causal_mask(key_positions, key_positions, B, keys_valid)
             hidden = policy.hidden(torch.cat([context, queries], 1), key_positions, mask)[:, start:]
         if commit:
-            context = torch.cat([context, queries], 1) if cache is None else context
             context_valid = keys_valid
+            if cache is None:
+                context = torch.cat([context, queries], 1)
         counters["step"] += 1
         counters["forward_tokens"] += mask.shape[0] * mask.shape[2]
-        return policy.logits(hidden)
+        return hidden
 
     def record(slot: int, c: int, token: int, prob: float) -> None:
         r = int(alive[slot])
@@ -196,7 +201,7 @@ def generate(
         block[r, : tails[r]] = torch.tensor(p[first[r] * B :], dtype=torch.long)
         pending[r, : max(tails[r], 1)] = False
     if base > 0:  # full prompt blocks in one forward; prompts ending on a boundary take an AR first token
-        last = forward(prompt_blocks, prompt_valid, 0, commit=True)[:, -1]
+        last = policy.logits(forward(prompt_blocks, prompt_valid, 0, commit=True)[:, -1])
         ar_slots = [r for r in range(n) if tails[r] == 0]
         if ar_slots:
             block[ar_slots, 0] = first_tokens(last, ar_slots, [0] * len(ar_slots))
@@ -206,7 +211,7 @@ def generate(
         start = (base + generated) * B
         # ---- denoise the current block, sub-block by sub-block
         while pending.any():
-            logits = shift_logits(forward(block, torch.ones_like(pending), start, commit=False))
+            logits = shift_logits(policy.logits(forward(block, torch.ones_like(pending), start, commit=False)))
             sub_of_first_mask = pending.float().argmax(1) // S
             in_sub = pending & (torch.arange(B, device=device)[None] // S == sub_of_first_mask[:, None])
             for slot in pending.any(1).nonzero().flatten().tolist():
@@ -237,7 +242,7 @@ def generate(
         if cache is not None:
             cache.select(keep_t)
         # ---- commit the completed block; its last logit gives the next block's first token
-        last = forward(block, torch.ones_like(block, dtype=torch.bool), start, commit=True)[:, -1]
+        last = policy.logits(forward(block, torch.ones_like(block, dtype=torch.bool), start, commit=True)[:, -1])
         block = torch.full_like(block, policy.mask_id)
         pending = torch.ones_like(block, dtype=torch.bool)
         pending[:, 0] = False
