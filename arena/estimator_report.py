@@ -111,11 +111,6 @@ def replicate(batch: ScoringBatch, repeats: int) -> ScoringBatch:
                         batch.prompt_lengths.repeat(repeats), list(range(n * repeats)), batch.temperature)
 
 
-def rows(batch: ScoringBatch, start: int, stop: int) -> ScoringBatch:
-    return ScoringBatch(batch.ids[start:stop], batch.valid[start:stop], batch.prompt_lengths[start:stop],
-                        batch.sample_ids[start:stop], batch.temperature)
-
-
 def block_values(logp: torch.Tensor, units: torch.Tensor, length: int, block_size: int) -> torch.Tensor:
     """(rows, blocks) per-block estimates; token-unit estimates are summed over each block."""
     if logp.shape[1] == length:
@@ -131,7 +126,7 @@ def score(policy, batch: ScoringBatch, setting: Setting, key: tuple[int, ...], r
     per_call = max(1, CHUNK_TOKENS // (T * (1 + setting.streams)))
     values, tokens, seconds = [], 0, 0.0
     for start in range(0, n * repeats, per_call):
-        chunk = rows(many, start, start + per_call)
+        chunk = many.rows(slice(start, start + per_call))
         began = time.perf_counter()
         est = estimate(setting.estimator, policy, chunk, key, **setting.options)
         seconds += time.perf_counter() - began
@@ -160,7 +155,7 @@ def monte_carlo_reference(policy, batch: ScoringBatch, seed: int, calls: int, pr
     for call in tqdm(range(calls), desc="reference ELBO", disable=not progress):
         values = []
         for start in range(0, n, per_call):
-            est = estimate("block_elbo", policy, rows(batch, start, start + per_call), (seed, 1, call),
+            est = estimate("block_elbo", policy, batch.rows(slice(start, start + per_call)), (seed, 1, call),
                            draws=REFERENCE_CALL_DRAWS, form="count")
             values.append(est.draw_values)
         samples.append(torch.cat(values))
@@ -205,7 +200,7 @@ def measure(policy, prompts: list[list[int]], draws=(1, 2, 4, 8), nodes=(1, 2, 3
         calls = -(-reference_draws // REFERENCE_CALL_DRAWS)
         reference, reference_var = monte_carlo_reference(policy, batch, seed, calls, progress)
         exact_logp, reference_draws = None, calls * REFERENCE_CALL_DRAWS
-    score(policy, rows(batch, 0, 1), Setting("block_masked"), (seed, 0, 0), 1)  # warm-up, untimed
+    score(policy, batch.rows(slice(0, 1)), Setting("block_masked"), (seed, 0, 0), 1)  # warm-up, untimed
     records = []
     for setting in tqdm(settings(list(draws), list(nodes)), desc="estimators", disable=not progress):
         values, tokens, seconds = score(policy, batch, setting, (seed, 0, 0), repeats)

@@ -169,7 +169,7 @@ class GRPO:
             self.optimizer.zero_grad(set_to_none=True)
             for lo in range(0, n, micro):
                 part = slice(lo, lo + micro)
-                est = self._score(_rows(batch, part), keys[it], grad=True)
+                est = self._score(batch.rows(part), keys[it], grad=True)
                 old_logp = est.logp.detach() if it == 0 else old[it][part]
                 ref = None if refs[it] is None else refs[it][part]
                 terms, ratio, kl = clipped_objective(est.logp, old_logp, ref, advantages[part], est.units, config)
@@ -233,8 +233,3 @@ class GRPO:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.reference is not None:
             self.reference.load_state_dict(state["reference"])
-
-
-def _rows(batch, index: slice):
-    return likelihood.ScoringBatch(batch.ids[index], batch.valid[index], batch.prompt_lengths[index],
-                                   batch.sample_ids[index], batch.temperature)

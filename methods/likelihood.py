@@ -60,6 +60,11 @@ class ScoringBatch:
         return cls(ids.to(device), valid.to(device), torch.tensor([len(p) for p in prompts], device=device),
                    list(range(len(prompts))) if sample_ids is None else list(sample_ids), temperature)
 
+    def rows(self, index: slice) -> "ScoringBatch":
+        """The rows ``index`` (a micro-batch); masks stay keyed by each row's own sample id."""
+        return ScoringBatch(self.ids[index], self.valid[index], self.prompt_lengths[index],
+                            self.sample_ids[index], self.temperature)
+
     @property
     def completion(self) -> torch.Tensor:
         positions = torch.arange(self.ids.shape[1], device=self.ids.device)[None]
