@@ -10,6 +10,7 @@ Sign convention: arena maximises reward (evosax minimises; we do not).
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -73,7 +74,7 @@ def build_config(cls, options: dict | None, where: str = "optimizer"):
 
 def _type_ok(value, hint) -> bool:
     origin = typing.get_origin(hint)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         return any(_type_ok(value, arg) for arg in typing.get_args(hint))
     if hint is type(None):
         return value is None
