@@ -18,6 +18,9 @@ Variants (``diffu_grpo``, ``block_grpo``) change only the estimator (``_estimato
 Distributed: with torch.distributed initialised (``accelerate launch`` or torchrun), every rank
 receives the same prompt batch, takes prompts rank::world, and gradients are summed across ranks
 with the loss normalised by the global unit count, so N processes compute what one would.
+``sharding: fsdp`` shards parameters, gradients and AdamW moments over the ranks instead of
+replicating them (``methods.fsdp``; needed for full fine-tuning at 7B, see docs/distributed.md).
+Low-precision (bf16) weights train through fp32 master copies in both modes.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import torch
 
 from arena.rng import seed_of
 from arena.sampler import SamplerConfig, generate
-from methods import likelihood
+from methods import fsdp, likelihood
 from methods.base import (Consumption, StepResult, Trainable, all_reduce_sum, make_trainable, reference_context,
                           register, world)
 
@@ -54,6 +57,7 @@ class GRPOConfig:
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = Trainable.lora_targets  # the same default as ES: never a confound
+    sharding: str = "none"  # "none": replicas, summed gradients; "fsdp": FSDP2 (Zhao et al. 2023), full FT only
 
     def __post_init__(self):
         checks = {
@@ -61,11 +65,13 @@ class GRPOConfig:
             "clip_eps": self.clip_eps > 0, "inner_iterations": self.inner_iterations >= 1, "beta": self.beta >= 0,
             "loss_aggregation": self.loss_aggregation in ("token_mean", "sequence_mean"),
             "lr": self.lr > 0, "micro_batch": self.micro_batch >= 0, "temperature": self.temperature > 0,
-            "max_new_tokens": self.max_new_tokens >= 1,
+            "max_new_tokens": self.max_new_tokens >= 1, "sharding": self.sharding in ("none", "fsdp"),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(", ".join(f"{name}={getattr(self, name)!r} is out of range" for name in bad))
+        if self.sharding == "fsdp" and self.trainable != "full":
+            raise ValueError("sharding='fsdp' shards full fine-tuning; LoRA runs replicate the model (sharding='none')")
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
@@ -103,7 +109,16 @@ class GRPO:
         self.reference = None  # full fine-tuning with β > 0 keeps a frozen copy; LoRA disables the adapter
         if config.beta > 0 and config.trainable == "full":
             self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
-        self.optimizer = torch.optim.AdamW([p for _, p in self.params], lr=config.lr, weight_decay=config.weight_decay)
+        self.sharded = config.sharding == "fsdp"
+        if self.sharded:
+            if not torch.distributed.is_initialized():
+                raise ValueError("sharding='fsdp' needs torch.distributed: launch with accelerate launch or torchrun")
+            for model in (policy.model, self.reference):
+                if model is not None:
+                    fsdp.shard(model)
+            self.params = [(n, p) for n, p in policy.model.named_parameters() if p.requires_grad]
+        self.master = fsdp.MasterWeights([p for _, p in self.params])
+        self.optimizer = torch.optim.AdamW(self.master.masters, lr=config.lr, weight_decay=config.weight_decay)
         self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                                      threshold=config.threshold)
         self.forward_tokens = 0  # estimator forward tokens of the current step
@@ -136,6 +151,9 @@ class GRPO:
     def step(self, prompts: list[list[int]], reward_fn, step: int) -> StepResult:
         config, G, start = self.config, self.config.group_size, time.time()
         rank, size = world()
+        if self.sharded and len(prompts) % size:
+            # every rank must run the same number of sharded forwards (each one is a collective)
+            raise ValueError(f"sharding='fsdp' needs the prompt batch ({len(prompts)}) divisible by the world size ({size})")
         mine = list(range(rank, len(prompts), size))  # this rank's prompts (all of them on one process)
         rows = [(i, g) for i in mine for g in range(G)]
         sample_ids = [i * G + g for i, g in rows]  # global ids: the same draws whatever the world size
@@ -143,8 +161,9 @@ class GRPO:
 
         # ---- rollout and rewards
         self.policy.model.eval()
-        out = generate(self.policy, [prompts[i] for i, _ in rows], self.sampler, seed=seed_of(self.seed, step),
-                       row_ids=sample_ids)
+        with fsdp.gathered(self.policy.model):
+            out = generate(self.policy, [prompts[i] for i, _ in rows], self.sampler, seed=seed_of(self.seed, step),
+                           row_ids=sample_ids)
         rewards = torch.tensor([float(reward_fn(i, text)) for (i, _), text in zip(rows, out.texts)])
         advantages = group_advantages(rewards, G, config.advantage).to(self.policy.device)
         batch = likelihood.ScoringBatch.build([prompts[i] for i, _ in rows], out.tokens, self.policy.pad_id,
@@ -164,7 +183,7 @@ class GRPO:
         n, micro = len(rows), config.micro_batch or len(rows)
         high = config.clip_eps if config.clip_eps_high is None else config.clip_eps_high
         sums = dict.fromkeys(("loss", "units", "clipped", "ratio", "kl", "draw_std", "draw_units"), 0.0)
-        ratio_max = 0.0
+        ratio_max = grad_norm = 0.0
         for it in range(config.inner_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             for lo in range(0, n, micro):
@@ -178,6 +197,7 @@ class GRPO:
                 else:
                     loss = (terms.sum(-1) / est.units.sum(-1).clamp_min(1)).sum() / normaliser
                 loss.backward()
+                self.master.accumulate()
                 u = est.units
                 sums["loss"] += loss.item()
                 sums["units"] += float(u.sum())
@@ -188,11 +208,13 @@ class GRPO:
                 if est.draw_values is not None and est.draw_values.shape[1] > 1:
                     sums["draw_std"] += float(est.draw_values.detach().std(1)[u].sum())
                     sums["draw_units"] += float(u.sum())
-            for _, param in self.params:
-                if param.grad is not None:
-                    all_reduce_sum(param.grad)
-            torch.nn.utils.clip_grad_norm_([p for _, p in self.params], config.max_grad_norm)
+            if not self.sharded:  # FSDP has reduce-scattered (summed) them already
+                for master in self.master.masters:
+                    if master.grad is not None:
+                        all_reduce_sum(master.grad)
+            grad_norm += float(torch.nn.utils.clip_grad_norm_(self.master.masters, config.max_grad_norm))
             self.optimizer.step()
+            self.master.publish()
 
         # ---- statistics and consumption over all ranks
         groups = rewards.view(-1, G)
@@ -209,7 +231,7 @@ class GRPO:
             "frac_zero_std_groups": zero_std / n_groups, "loss": loss_sum / config.inner_iterations,
             "clip_frac": clipped / max(units, 1), "kl": kl_sum / max(units, 1), "ratio_mean": ratio_sum / max(units, 1),
             "ratio_max": float(all_reduce_sum(torch.tensor(ratio_max), op="max")),
-            "estimator_std": draw_std / max(draw_units, 1), "completion_length": lengths / n_all,
+            "estimator_std": draw_std / max(draw_units, 1), "grad_norm": grad_norm / config.inner_iterations, "completion_length": lengths / n_all,
             "tokens": tokens_all, "step_seconds": time.time() - start,
         }
         consumption = Consumption(samples=int(n_all), tokens=int(tokens_all), forward_tokens=int(forward_all))
@@ -218,18 +240,19 @@ class GRPO:
 
     # ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
+        """Whole fp32 master tensors and optimizer state: a run saved on N ranks resumes on any number."""
         state = {
-            "params": {name: p.detach().clone() for name, p in self.params},
-            "optimizer": self.optimizer.state_dict(),
+            "params": {name: fsdp.full_tensor(m) for (name, _), m in zip(self.params, self.master.masters)},
+            "optimizer": fsdp.optimizer_state(self.policy.model, self.optimizer),
         }
         if self.reference is not None:
-            state["reference"] = self.reference.state_dict()
+            state["reference"] = fsdp.full_state(self.reference)
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        with torch.no_grad():
-            for name, param in self.params:
-                param.copy_(state["params"][name])
-        self.optimizer.load_state_dict(state["optimizer"])
+        for (name, _), master in zip(self.params, self.master.masters):
+            fsdp.load_full(master, state["params"][name])
+        self.master.publish()
+        fsdp.load_optimizer_state(self.policy.model, self.optimizer, state["optimizer"])
         if self.reference is not None:
-            self.reference.load_state_dict(state["reference"])
+            fsdp.load_full_state(self.reference, state["reference"])

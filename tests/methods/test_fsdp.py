@@ -1,0 +1,148 @@
+"""Sharded training (FSDP2) and fp32 master weights.
+
+- Two gloo ranks with ``sharding: fsdp`` compute what one unsharded process computes, with a
+  frozen sharded reference (β > 0), μ = 2 inner iterations and micro-batches.
+- A state saved by the two sharded ranks resumes on one rank and continues as the two do.
+- Master weights: the optimizer path equals plain fp32 AdamW on the same gradients (a second
+  implementation), while AdamW directly on bf16 weights loses the update entirely.
+"""
+import datetime
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from arena.rng import torch_generator
+from arena.tiny import build_policy
+from conftest import SMALL, sharpen
+from methods.base import ConfigError, make_method
+from methods.fsdp import MasterWeights
+
+PROMPTS = ["12+7=", "3+4=", "45+67=", "9+9="]
+OPTIONS = {"group_size": 4, "max_new_tokens": 8, "lr": 1e-4, "clip_eps": 0.5, "estimator": "elbo", "draws": 2,
+           "beta": 0.05, "inner_iterations": 2, "micro_batch": 4}
+LR_STEPS = 2 * 2 * OPTIONS["lr"]  # 2 steps x μ = 2
+
+
+def digit_share(index: int, text: str) -> float:
+    return sum(c.isdigit() for c in text) / max(1, len(text))
+
+
+def _policy(dtype):
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    policy.model.to(dtype)
+    return policy
+
+
+def _run(rank: int, world: int, directory: str, tag: str, sharding: str, dtype, resume_from: str | None,
+         micro_batch: int) -> None:
+    """Two steps of block_grpo (or only the second, resumed from a saved state); rank 0 saves the result."""
+    if world > 1 or sharding == "fsdp":
+        dist.init_process_group("gloo", init_method=f"file://{directory}/store-{tag}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=120))
+    try:
+        policy = _policy(dtype)
+        method = make_method("block_grpo", policy, {**OPTIONS, "sharding": sharding, "micro_batch": micro_batch}, seed=3)
+        first = 0
+        if resume_from:
+            method.load_state_dict(torch.load(f"{directory}/{resume_from}-state.pt", weights_only=False))
+            first = 1
+        for step in range(first, 2):
+            result = method.step([policy.encode(p) for p in PROMPTS], digit_share, step)
+            if step == 0:
+                state = method.state_dict()  # a collective under FSDP: every rank calls it
+                if rank == 0:
+                    torch.save(state, f"{directory}/{tag}-state.pt")
+        masters = method.state_dict()["params"]
+        if rank == 0:
+            torch.save({"masters": masters, "consumption": result.consumption, "stats": result.stats},
+                       f"{directory}/{tag}.pt")
+    finally:
+        if dist.is_initialized():
+            dist.barrier()  # tear down together: a rank leaving early aborts gloo in the other
+            dist.destroy_process_group()
+
+
+def _spawn(directory, tag, world, sharding="none", dtype=torch.float32, resume_from=None, micro_batch=4):
+    mp.spawn(_run, args=(world, str(directory), tag, sharding, dtype, resume_from, micro_batch), nprocs=world)
+    return torch.load(directory / f"{tag}.pt", weights_only=False)
+
+
+def _compare(a: dict, b: dict) -> torch.Tensor:
+    assert a.keys() == b.keys()
+    return torch.cat([(a[n].float() - b[n].float()).abs().flatten() for n in a])
+
+
+def test_two_sharded_ranks_match_one_process_and_resume_on_one(tmp_path):
+    """fp32: forwards agree to float rounding; Adam turns rounding noise in exactly-zero gradients
+    into +-lr steps (see test_grpo), so 99.9% of coordinates within 1e-7, all within 5% of the lr steps."""
+    one = _spawn(tmp_path, "replica", 1)
+    two = _spawn(tmp_path, "fsdp2", 2, sharding="fsdp")
+    resumed = _spawn(tmp_path, "fsdp1-resumed", 1, sharding="fsdp", resume_from="fsdp2")
+
+    a, b = one["consumption"], two["consumption"]
+    assert (a.samples, a.tokens) == (b.samples, b.tokens)
+    assert abs(one["stats"]["reward_mean"] - two["stats"]["reward_mean"]) < 1e-6
+    assert abs(one["stats"]["kl"] - two["stats"]["kl"]) < 1e-5 and two["stats"]["kl"] > 0  # the reference is used
+    # Adam is blind to a gradient scale error (a mean instead of a sum); the norm is not
+    assert abs(two["stats"]["grad_norm"] / one["stats"]["grad_norm"] - 1) < 1e-5
+    start = {n: p.detach() for n, p in _policy(torch.float32).model.named_parameters()}
+    assert all(not torch.equal(one["masters"][n], start[n]) for n in start)
+    for other in (two, resumed):
+        differences = _compare(one["masters"], other["masters"])
+        assert differences.max() < 0.05 * LR_STEPS
+        assert (differences > 1e-7).float().mean() < 1e-3
+
+
+def test_sharded_bf16_compute_disagrees_no_more_than_bf16_with_itself(tmp_path):
+    """bf16 weights: both modes train fp32 masters; FSDP all-gathers them in bf16 for compute.
+
+    bf16 forwards round differently for different batch shapes, so the noise floor is the same
+    unsharded run with another micro-batch split; the sharded run must stay within it."""
+    one = _spawn(tmp_path, "replica-bf16", 1, dtype=torch.bfloat16)
+    floor = _spawn(tmp_path, "replica-bf16-micro8", 1, dtype=torch.bfloat16, micro_batch=8)
+    two = _spawn(tmp_path, "fsdp2-bf16", 2, sharding="fsdp", dtype=torch.bfloat16)
+    assert all(m.dtype == torch.float32 for m in two["masters"].values())
+    assert one["stats"]["reward_mean"] == two["stats"]["reward_mean"]  # the same rollouts
+    levels = torch.tensor([0.5, 0.9, 0.99, 1.0], dtype=torch.float64)
+    noise = torch.quantile(_compare(one["masters"], floor["masters"]).double()[:100_000], levels)
+    sharded = torch.quantile(_compare(one["masters"], two["masters"]).double()[:100_000], levels)
+    assert 0 < noise[0] and (sharded <= 1.5 * noise).all(), (sharded / LR_STEPS, noise / LR_STEPS)
+
+
+def test_fsdp_needs_a_process_group_and_full_fine_tuning():
+    policy = _policy(torch.float32)
+    with pytest.raises(ValueError, match="torch.distributed"):
+        make_method("grpo", policy, {"sharding": "fsdp"}, seed=0)
+    with pytest.raises(ConfigError, match="LoRA"):
+        make_method("grpo", policy, {"sharding": "fsdp", "trainable": "lora"}, seed=0)
+    with pytest.raises(ConfigError, match="sharding"):
+        make_method("grpo", policy, {"sharding": "zero3"}, seed=0)
+
+
+def test_master_weights_equal_fp32_adamw_where_bf16_adamw_loses_the_update():
+    shapes = [(64, 32), (32,)]
+    start = [0.02 * torch.randn(s, generator=torch_generator(1, i)) for i, s in enumerate(shapes)]
+    bf16 = [torch.nn.Parameter(t.to(torch.bfloat16)) for t in start]
+    fp32 = [torch.nn.Parameter(t.to(torch.bfloat16).float()) for t in start]  # the same starting values
+    naive = [torch.nn.Parameter(t.to(torch.bfloat16)) for t in start]
+    master = MasterWeights(bf16)
+    optimizers = [torch.optim.AdamW(params, lr=1e-6, weight_decay=0.01) for params in (master.masters, fp32, naive)]
+    for step in range(20):
+        grads = [torch.randn(s, generator=torch_generator(2, step, i)).to(torch.bfloat16) for i, s in enumerate(shapes)]
+        for i, g in enumerate(grads):
+            for micro in range(2):  # two micro-batches accumulate into the masters in fp32
+                bf16[i].grad = g / 2
+                master.accumulate()
+            fp32[i].grad, naive[i].grad = g.float(), g.clone()
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        master.publish()
+    for m, reference, p, n, s in zip(master.masters, fp32, bf16, naive, start):
+        assert torch.equal(m, reference)  # exactly fp32 AdamW
+        assert torch.equal(p, m.to(torch.bfloat16))  # the model holds the rounded master
+        assert (m != s.to(torch.bfloat16).float()).all()  # every master moved
+        # AdamW on bf16 weights: the update is rounded away, except on the few weights below ~3e-4
+        assert (n == s.to(torch.bfloat16)).float().mean() > 0.95
