@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import SMALL, sharpen
 
 from arena.rng import torch_generator
 from arena.tiny import build_policy
-from conftest import SMALL, sharpen
 from methods.base import ConfigError, make_method
 from methods.fsdp import MasterWeights
 
