@@ -19,12 +19,17 @@ checkpoint's dtype (bf16 on GPU). Gradients are reduced in fp32 and summed, not 
 Generation: rows stop at different blocks, so ranks run different numbers of forwards; inside
 ``gathered`` the parameters are all-gathered once and kept, so those forwards issue no collectives.
 
+Checkpoints: under FSDP a method's state holds this rank's shards (DTensors). Save it with
+``torch.distributed.checkpoint`` (every rank writes its own shards, none holds the whole 91 GB of
+7B masters and moments); it loads onto any world size.
+
 Without FSDP, ``MasterWeights`` gives a low-precision model the same fp32 master: a bf16 weight
 of size 0.02 has a spacing of 1.2e-4, and an AdamW step of lr 1e-6 would round to nothing.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -49,6 +54,14 @@ def shard(model: torch.nn.Module) -> None:
         fully_shard(unit, **options)
         unit.set_gradient_divide_factor(1.0)  # a plain sum (gloo has no pre-multiplied sum)
         unit.set_force_sum_reduction_for_comms(True)
+
+
+def check_launcher(sharding: str) -> None:
+    """Refuse accelerate's own FSDP launch settings: arena never applies them (no ``prepare``)."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and sharding != "fsdp":
+        raise ValueError("accelerate was launched with distributed_type FSDP, which arena does not apply: launch with "
+                         "configs/accelerate/multi_gpu.yaml and set the method option sharding: fsdp "
+                         "(docs/distributed.md)")
 
 
 def units(model: torch.nn.Module) -> list:
@@ -79,21 +92,6 @@ def gathered(model: torch.nn.Module):
             unit.set_reshard_after_forward(True)
 
 
-def full_tensor(param: torch.Tensor) -> torch.Tensor:
-    """The whole tensor on every rank (a collective for sharded parameters)."""
-    return param.full_tensor() if hasattr(param, "full_tensor") else param.detach().clone()
-
-
-def load_full(param: torch.Tensor, value: torch.Tensor) -> None:
-    """Copy a whole tensor into ``param``, scattering it if ``param`` is sharded."""
-    with torch.no_grad():
-        if hasattr(param, "device_mesh"):
-            from torch.distributed.tensor import distribute_tensor
-
-            value = distribute_tensor(value.to(param.dtype), param.device_mesh, param.placements)
-        param.copy_(value)
-
-
 class MasterWeights:
     """fp32 copies of low-precision trainable parameters; fp32 parameters are their own master.
 
@@ -119,29 +117,18 @@ class MasterWeights:
                     param.copy_(master)
 
 
-def full_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """``module.state_dict()`` with whole tensors, whatever the world size that saved it."""
-    return {name: full_tensor(value) for name, value in module.state_dict().items()}
-
-
-def load_full_state(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
-    for name, value in state.items():
-        load_full(tensors[name], value)
-
-
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """The optimizer's state; for a sharded model, whole tensors keyed by parameter name."""
+    """The optimizer's state; for a sharded model, this rank's shards keyed by parameter name."""
     if not is_sharded(model):
         return optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+    return get_optimizer_state_dict(model, optimizer)
 
 
 def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
     if not is_sharded(model):
         return optimizer.load_state_dict(state)
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
-    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+    set_optimizer_state_dict(model, optimizer, state)

@@ -109,6 +109,7 @@ class GRPO:
         self.reference = None  # full fine-tuning with β > 0 keeps a frozen copy; LoRA disables the adapter
         if config.beta > 0 and config.trainable == "full":
             self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
+        fsdp.check_launcher(config.sharding)
         self.sharded = config.sharding == "fsdp"
         if self.sharded:
             if not torch.distributed.is_initialized():
@@ -153,7 +154,8 @@ class GRPO:
         rank, size = world()
         if self.sharded and len(prompts) % size:
             # every rank must run the same number of sharded forwards (each one is a collective)
-            raise ValueError(f"sharding='fsdp' needs the prompt batch ({len(prompts)}) divisible by the world size ({size})")
+            raise ValueError(f"sharding='fsdp' needs the prompt batch ({len(prompts)}) divisible by the world "
+                             f"size ({size})")
         mine = list(range(rank, len(prompts), size))  # this rank's prompts (all of them on one process)
         rows = [(i, g) for i in mine for g in range(G)]
         sample_ids = [i * G + g for i, g in rows]  # global ids: the same draws whatever the world size
@@ -231,8 +233,8 @@ class GRPO:
             "frac_zero_std_groups": zero_std / n_groups, "loss": loss_sum / config.inner_iterations,
             "clip_frac": clipped / max(units, 1), "kl": kl_sum / max(units, 1), "ratio_mean": ratio_sum / max(units, 1),
             "ratio_max": float(all_reduce_sum(torch.tensor(ratio_max), op="max")),
-            "estimator_std": draw_std / max(draw_units, 1), "grad_norm": grad_norm / config.inner_iterations, "completion_length": lengths / n_all,
-            "tokens": tokens_all, "step_seconds": time.time() - start,
+            "estimator_std": draw_std / max(draw_units, 1), "grad_norm": grad_norm / config.inner_iterations,
+            "completion_length": lengths / n_all, "tokens": tokens_all, "step_seconds": time.time() - start,
         }
         consumption = Consumption(samples=int(n_all), tokens=int(tokens_all), forward_tokens=int(forward_all))
         sample = [{"prompt": i, "text": text, "reward": float(r)} for (i, _), text, r in zip(rows, out.texts, rewards)]
@@ -240,19 +242,20 @@ class GRPO:
 
     # ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Whole fp32 master tensors and optimizer state: a run saved on N ranks resumes on any number."""
+        """fp32 masters, optimizer and reference; under FSDP, this rank's shards (see ``methods.fsdp``)."""
         state = {
-            "params": {name: fsdp.full_tensor(m) for (name, _), m in zip(self.params, self.master.masters)},
+            "params": {name: m.detach().clone() for (name, _), m in zip(self.params, self.master.masters)},
             "optimizer": fsdp.optimizer_state(self.policy.model, self.optimizer),
         }
         if self.reference is not None:
-            state["reference"] = fsdp.full_state(self.reference)
+            state["reference"] = self.reference.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        for (name, _), master in zip(self.params, self.master.masters):
-            fsdp.load_full(master, state["params"][name])
+        with torch.no_grad():
+            for (name, _), master in zip(self.params, self.master.masters):
+                master.copy_(state["params"][name])
         self.master.publish()
         fsdp.load_optimizer_state(self.policy.model, self.optimizer, state["optimizer"])
         if self.reference is not None:
-            fsdp.load_full_state(self.reference, state["reference"])
+            self.reference.load_state_dict(state["reference"])

@@ -1,0 +1,60 @@
+"""Train a GRPO-family method on several processes: the launch recipe of docs/distributed.md.
+
+    accelerate launch --config_file configs/accelerate/multi_gpu.yaml examples/distributed_grpo.py \\
+        --model Efficient-Large-Model/Fast_dLLM_v2_7B --task gsm8k --sharding fsdp --lr 1e-6
+
+Every rank builds the same prompt batch; the method takes its share (prompts rank::world) and
+reduces gradients and statistics itself. Rank 0 prints one JSON line per step. Until the study
+runner (``arena run``) lands, this script is the way to run a method across GPUs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch.distributed as dist
+from accelerate import PartialState
+
+from arena.policy import load_policy
+from arena.rng import seed_of
+from methods import make_method
+from methods.base import world
+from rewards import get_task
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny", help="tiny, a Fast-dLLM v2 directory, or a hub id")
+    parser.add_argument("--method", default="block_grpo", choices=["grpo", "diffu_grpo", "block_grpo"])
+    parser.add_argument("--task", default="arithmetic")
+    parser.add_argument("--sharding", default="none", choices=["none", "fsdp"])
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per step, all ranks together")
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    state = PartialState()  # joins the process group that accelerate launch (or torchrun) set up
+    policy = load_policy(args.model, device=str(state.device))
+    task = get_task(args.task)
+    options = {"sharding": args.sharding, "lr": args.lr, "group_size": args.group_size,
+               "max_new_tokens": args.max_new_tokens}
+    method = make_method(args.method, policy, options, seed=args.seed)
+    try:
+        for step in range(args.steps):
+            examples = task.examples("train", n=args.prompts, seed=seed_of(args.seed, step))
+            prompts = [policy.encode(task.prompt(e, policy.tokenizer)) for e in examples]
+            result = method.step(prompts, lambda i, text: task.reward(text, examples[i]), step=step)
+            if world()[0] == 0:
+                used = result.consumption
+                print(json.dumps({"step": step, "samples": used.samples, "tokens": used.tokens, **result.stats}),
+                      flush=True)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()  # gloo aborts the process at exit otherwise
+
+
+if __name__ == "__main__":
+    main()
