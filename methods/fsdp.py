@@ -41,6 +41,8 @@ def shard(model: torch.nn.Module) -> None:
 
     from methods.base import world
 
+    if not torch.distributed.is_initialized():
+        raise ValueError("sharding='fsdp' needs torch.distributed: launch with accelerate launch or torchrun")
     decoder, head = model.get_decoder(), model.get_output_embeddings()
     if head.weight is decoder.get_input_embeddings().weight:
         raise ValueError("sharding='fsdp' needs untied input and output embeddings (tie_word_embeddings: false)")

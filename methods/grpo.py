@@ -112,8 +112,6 @@ class GRPO:
         fsdp.check_launcher(config.sharding)
         self.sharded = config.sharding == "fsdp"
         if self.sharded:
-            if not torch.distributed.is_initialized():
-                raise ValueError("sharding='fsdp' needs torch.distributed: launch with accelerate launch or torchrun")
             for model in (policy.model, self.reference):
                 if model is not None:
                     fsdp.shard(model)
