@@ -10,7 +10,7 @@ parameters, before activations and the frozen reference; sharded over 8 GPUs tha
 How the model is cut: one unit per decoder layer, and two roots, the decoder (embeddings, final
 norm) and the output head, because the policy calls them separately (logits only at the positions
 it needs). Tied embeddings would put one tensor in both roots, which FSDP refuses; Fast-dLLM v2 7B
-unties them (the 1.5B ties them, and fits on one GPU without sharding).
+unties them (the 1.5B may tie them, as Qwen2.5-1.5B does; it fits on one GPU without sharding).
 
 Precision: sharded parameters are fp32 master weights; each forward all-gathers them in the
 checkpoint's dtype (bf16 on GPU). Gradients are reduced in fp32 and summed, not averaged

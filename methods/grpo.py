@@ -104,12 +104,12 @@ class GRPO:
 
     def __init__(self, policy, config: GRPOConfig, seed: int):
         self.policy, self.config, self.seed = policy, config, seed
+        fsdp.check_launcher(config.sharding)
         trainable = Trainable(config.trainable, config.lora_rank, config.lora_alpha, tuple(config.lora_targets))
         self.params = make_trainable(policy, trainable, seed)
         self.reference = None  # full fine-tuning with β > 0 keeps a frozen copy; LoRA disables the adapter
         if config.beta > 0 and config.trainable == "full":
             self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
-        fsdp.check_launcher(config.sharding)
         self.sharded = config.sharding == "fsdp"
         if self.sharded:
             for model in (policy.model, self.reference):
