@@ -39,6 +39,7 @@ def _policy(dtype):
 def _run(rank: int, world: int, directory: str, tag: str, sharding: str, dtype, resume_from: str | None,
          micro_batch: int) -> None:
     """Two steps of block_grpo (or only the second, resumed from a saved state); rank 0 saves the result."""
+    torch.set_num_threads(1)  # the same CPU kernels on any machine; two ranks share two cores
     if world > 1 or sharding == "fsdp":
         dist.init_process_group("gloo", init_method=f"file://{directory}/store-{tag}", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=120))
