@@ -19,6 +19,16 @@ def sharpen(policy, std: float = 0.25, seed: int = 7):
     return policy
 
 
+def digit_share(index: int, text: str) -> float:
+    """Toy reward with a known optimum: all completion characters digits."""
+    return sum(c.isdigit() for c in text) / max(1, len(text))
+
+
+def share_of_ones(index: int, text: str) -> float:
+    """Toy reward with a known optimum: every completion character a '1'."""
+    return text.count("1") / max(1, len(text))
+
+
 @pytest.fixture(scope="session")
 def tiny_policy():
     """A random-init tiny policy, block 4, sub-block 2, sharpened so that outputs vary with context."""

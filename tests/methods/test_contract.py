@@ -10,7 +10,7 @@ import torch
 
 import methods
 from arena.tiny import build_policy
-from conftest import SMALL, sharpen
+from conftest import SMALL, share_of_ones, sharpen
 from methods.base import ConfigError, make_method
 
 # Small budgets so that one step takes a second or two on CPU; everything else is the default.
@@ -20,10 +20,6 @@ SMOKE = {
     "diffu_grpo": {"group_size": 2, "max_new_tokens": 8},
     "block_grpo": {"group_size": 2, "max_new_tokens": 8},
 }
-
-
-def share_of_ones(index: int, text: str) -> float:
-    return text.count("1") / max(1, len(text))
 
 
 def prompts_for(policy):

@@ -13,17 +13,13 @@ import torch.multiprocessing as mp
 from arena.rng import numpy_generator, torch_generator
 from arena.sampler import SamplerConfig, generate
 from arena.tiny import build_policy
-from conftest import SMALL, sharpen
+from conftest import SMALL, share_of_ones, sharpen
 from methods.base import ConfigError, make_method
 from methods.es import SHAPING, centered_rank
 
 FAST = {"population": 4, "prompts_per_member": 2, "max_new_tokens": 8, "sigma": 0.05}
 TRAIN = ["12+7=", "3+4=", "45+67=", "8+9="]
 HELDOUT = ["5+6=", "31+2=", "70+14=", "9+99=", "2+2=", "63+8=", "1+40=", "77+7="]
-
-
-def share_of_ones(index: int, text: str) -> float:
-    return text.count("1") / max(1, len(text))
 
 
 def code_mean(index: int, text: str) -> float:

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
-from conftest import SMALL, sharpen
+from conftest import SMALL, digit_share, sharpen
 
 from arena.rng import torch_generator
 from arena.tiny import build_policy
@@ -24,10 +24,6 @@ PROMPTS = ["12+7=", "3+4=", "45+67=", "9+9="]
 OPTIONS = {"group_size": 4, "max_new_tokens": 8, "lr": 1e-4, "clip_eps": 0.5, "estimator": "elbo", "draws": 2,
            "beta": 0.05, "inner_iterations": 2, "micro_batch": 4}
 LR_STEPS = 2 * 2 * OPTIONS["lr"]  # 2 steps x μ = 2
-
-
-def digit_share(index: int, text: str) -> float:
-    return sum(c.isdigit() for c in text) / max(1, len(text))
 
 
 def _policy(dtype):

@@ -8,7 +8,7 @@ import torch.multiprocessing as mp
 
 from arena.sampler import SamplerConfig, generate
 from arena.tiny import build_policy
-from conftest import SMALL, sharpen
+from conftest import SMALL, digit_share, sharpen
 from methods import likelihood
 from methods.base import make_method
 from methods.grpo import GRPOConfig, clipped_objective
@@ -20,11 +20,6 @@ ARMS = {
 }
 FAST = {"group_size": 4, "max_new_tokens": 8, "lr": 1e-2, "clip_eps": 0.5}
 PROMPTS = ["12+7=", "3+4=", "45+67=", "9+9="]
-
-
-def digit_share(index: int, text: str) -> float:
-    """Toy reward with a known optimum: all completion characters digits."""
-    return sum(c.isdigit() for c in text) / max(1, len(text))
 
 
 def fresh_reward(policy, seed: int, n: int = 64) -> float:
