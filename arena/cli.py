@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -10,29 +11,33 @@ class UserError(Exception):
 
 
 def cmd_pretrain(args) -> None:
-    import json
-    import shutil
+    import dataclasses
 
-    from arena.tiny import TinyConfig, cache_root, pretrain
+    from arena.model.tiny import TinyConfig, cache_root, matches_within_noise, pretrain, shipped_report
 
-    config = TinyConfig(steps=args.steps) if args.steps else TinyConfig()
-    path = cache_root() / f"tiny-{config.digest()}"
-    if (path / "pretrain.json").exists() and not args.force:
-        report = json.loads((path / "pretrain.json").read_text())
-        print(f"tiny model already built: {path}")
-    else:
-        if path.exists():
-            shutil.rmtree(path)
-        report = pretrain(config, path, progress=not args.quiet)
-        print(f"tiny model built in {report['seconds']:.0f} s: {path}")
-    print("held-out exact match by difficulty (operand digits):")
-    for level, accuracy in report["heldout_accuracy"].items():
-        print(f"  {level} digit{'s' if str(level) != '1' else ' '}  {accuracy:6.1%}")
+    config = dataclasses.replace(TinyConfig(), steps=args.steps) if args.steps else TinyConfig()
+    path = args.out or cache_root() / f"tiny-{config.digest()}"
+    report = pretrain(config, path, progress=not args.quiet)
+    print(f"tiny model built in {report['seconds']:.0f} s (config {report['digest']}): {path}")
+    shipped = shipped_report()
+    same_config = shipped.get("digest") == report["digest"]
+    print("held-out exact match per difficulty level (operand digits), rebuilt" + (" | shipped" if same_config else ""))
+    for level in report["heldout_greedy"]:
+        row = f"  level {level}: greedy {report['heldout_greedy'][level]:6.1%}  sampled {report['heldout_sampled'][level]:6.1%}"
+        if same_config:
+            row += f"  | greedy {shipped['heldout_greedy'][level]:6.1%}  sampled {shipped['heldout_sampled'][level]:6.1%}"
+        print(row)
+    if not same_config:
+        print(f"(the shipped checkpoint has config {shipped.get('digest')}: a different recipe, not compared)")
+        return
+    differing = matches_within_noise(report, shipped)
+    print("the rebuild matches the shipped checkpoint within noise (3 binomial standard errors)" if not differing
+          else "the rebuild differs from the shipped checkpoint beyond noise: " + "; ".join(differing))
 
 
 def cmd_sample(args) -> None:
-    from arena.policy import load_policy
-    from arena.sampler import SamplerConfig, generate
+    from arena.model import load_policy
+    from arena.model.sampler import SamplerConfig, generate
     from rewards import chat_prompt
 
     policy = load_policy(args.model)
@@ -51,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arena", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    pretrain = commands.add_parser("pretrain", help="build (or show) the embedded tiny model")
+    pretrain = commands.add_parser("pretrain", help="rebuild the embedded tiny model and compare it with the shipped one")
     pretrain.add_argument("--steps", type=int, default=None, help="training steps (default: the tiny config's)")
-    pretrain.add_argument("--force", action="store_true", help="retrain even if cached")
+    pretrain.add_argument("--out", type=Path, default=None, help="output directory (default: the cache, $ARENA_CACHE)")
     pretrain.add_argument("--quiet", action="store_true", help="no progress bar")
     pretrain.set_defaults(run=cmd_pretrain)
 
@@ -70,14 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--raw", action="store_true", help="do not wrap the prompt in the tokenizer's chat template")
     sample.set_defaults(run=cmd_sample)
 
-    from arena.estimator_report import add_command as add_estimators
+    from arena.estimators import add_command as add_estimators
     add_estimators(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from arena.policy import CheckpointError
+    from arena.model.policy import CheckpointError
 
     try:
         args.run(args)

@@ -13,13 +13,14 @@ import argparse
 
 import torch
 
-from arena.tiny import build_policy, load_tiny
+from arena.model import load_policy
+from arena.model.tiny import build_policy
 from methods.base import make_method
 from rewards import get_task
 
 
 def measure(args, noise: str, dtype: torch.dtype) -> dict:
-    policy = load_tiny() if args.model == "tiny" else build_policy()
+    policy = load_policy("tiny") if args.model == "tiny" else build_policy()
     policy.model.to(dtype)
     options = {"population": args.population, "prompts_per_member": args.prompts,
                "max_new_tokens": args.max_new_tokens, "noise": noise}

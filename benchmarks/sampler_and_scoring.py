@@ -23,9 +23,10 @@ import time
 
 import torch
 
-from arena.layout import block_causal_mask
-from arena.sampler import SamplerConfig, generate
-from arena.tiny import build_policy, load_tiny
+from arena.model.layout import block_causal_mask
+from arena.model.sampler import SamplerConfig, generate
+from arena.model import load_policy
+from arena.model.tiny import build_policy
 from methods.likelihood import ScoringBatch, estimate
 from rewards import get_task
 
@@ -42,7 +43,7 @@ def timed(fn, repeats: int) -> tuple[float, object]:
 
 
 def load(model: str):
-    return load_tiny() if model == "tiny" else build_policy()
+    return load_policy("tiny") if model == "tiny" else build_policy()
 
 
 def random_batch(policy, batch: int, prompt: int, length: int, seed: int = 0) -> ScoringBatch:

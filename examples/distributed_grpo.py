@@ -15,7 +15,7 @@ import json
 import torch.distributed as dist
 from accelerate import PartialState
 
-from arena.policy import load_policy
+from arena.model import load_policy
 from arena.rng import seed_of
 from methods import make_method
 from methods.base import world

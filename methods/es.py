@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 
 from arena.rng import name_key, seed_of, torch_generator
-from arena.sampler import SamplerConfig, generate
+from arena.model.sampler import SamplerConfig, generate
 from methods.base import Consumption, RewardFn, StepResult, Trainable, make_trainable, register, world
 
 NOISE, DECODE = 1, 2  # key domains: parameter noise, member decoding

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from arena.rng import seed_of
-from arena.sampler import SamplerConfig, generate
+from arena.model.sampler import SamplerConfig, generate
 from methods import fsdp, likelihood
 from methods.base import (Consumption, StepResult, Trainable, all_reduce_sum, make_trainable, reference_context,
                           register, world)

@@ -22,7 +22,7 @@ Estimators (``ESTIMATORS``; unit = token for ``ar``/``d1``, block otherwise):
   form's step integrand: lower variance, a quadrature bias).
 
 All blocks of a sequence, and all K draws, are scored in one packed forward in which the K noisy
-streams share one clean stream (``arena.layout.PackedLayout``). Masks come from generators keyed by
+streams share one clean stream (``arena.model.layout.PackedLayout``). Masks come from generators keyed by
 (seed, step, iteration, sample, draw) and are indexed by block, so they differ across inner
 iterations and are identical for θ and θ_old inside one. The temperature is the sampler's: the
 likelihood is that of the sampler that produced the samples (DESIGN §3).
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from arena.layout import PackedLayout, block_causal_mask, causal_mask
+from arena.model.layout import PackedLayout, block_causal_mask, causal_mask
 from arena.rng import torch_generator
 
 

@@ -3,7 +3,7 @@
 They enumerate subsets (one forward of 2^m rows for m denoised positions), so they serve the tests
 and the estimator report (``arena estimators``) on small blocks only. All are built on a plain full
 forward of the HF model with an attention mask written out here by position loops, independent of
-``arena.layout``: the block under study attends to itself and to the clean prefix before it, the
+``arena.model.layout``: the block under study attends to itself and to the clean prefix before it, the
 prefix is block-causal.
 """
 from __future__ import annotations

@@ -24,6 +24,9 @@ class ArithmeticTask:
     name = "arithmetic"
     reward_range = (0.0, 1.0)
 
+    def __init__(self, levels: tuple[int, ...] = LEVELS):
+        self.levels = tuple(levels)
+
     def reward(self, completion: str, example: dict) -> float:
         try:
             return 1.0 if completion.strip() == example["answer"] else 0.0
@@ -39,10 +42,11 @@ class ArithmeticTask:
         return {"a": a, "b": b, "answer": str(a + b)[::-1], "difficulty": digits}
 
     def examples(self, split: str, n: int | None = None, seed: int = 0, source: str | None = None) -> list[dict]:
-        """``n`` items (default 64 per level), balanced over difficulty levels, deterministic in ``seed``."""
+        """``n`` items (default 64 per level), balanced over ``self.levels``, deterministic in ``seed``."""
         if source is not None:
-            raise ValueError("arithmetic: items are generated from the seed; 'source' is not supported")
-        return generate_split(self.name, split, 64 * len(LEVELS) if n is None else n, seed, LEVELS, self._draw,
+            raise ValueError(f"{self.name}: items are generated from the seed; 'source' is not supported")
+        levels = self.levels
+        return generate_split("arithmetic", split, 64 * len(levels) if n is None else n, seed, levels, self._draw,
                               distinct=False)
 
     def _draw(self, rng, digits: int) -> dict:

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from arena.tiny import TinyConfig, build_policy
+from arena.model.tiny import TinyConfig, build_policy
 from arena.rng import torch_generator
 
 SMALL = TinyConfig(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, block_size=4, sub_block=2)

@@ -2,8 +2,8 @@
 import pytest
 
 from arena.cli import main
-from arena.policy import save_checkpoint
-from arena.tiny import build_policy
+from arena.model.policy import save_checkpoint
+from arena.model.tiny import build_policy
 from conftest import SMALL, sharpen
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from accelerate.commands.config.config_args import load_config_from_file
 
-from arena.tiny import pretrain
+from arena.model.tiny import pretrain
 from conftest import SMALL
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import methods
-from arena.tiny import build_policy
+from arena.model.tiny import build_policy
 from conftest import SMALL, share_of_ones, sharpen
 from methods.base import ConfigError, make_method
 

@@ -11,8 +11,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from arena.rng import numpy_generator, torch_generator
-from arena.sampler import SamplerConfig, generate
-from arena.tiny import build_policy
+from arena.model.sampler import SamplerConfig, generate
+from arena.model.tiny import build_policy
 from conftest import SMALL, share_of_ones, sharpen
 from methods.base import ConfigError, make_method
 from methods.es import SHAPING, centered_rank

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from conftest import SMALL, digit_share, sharpen
 
 from arena.rng import torch_generator
-from arena.tiny import build_policy
+from arena.model.tiny import build_policy
 from methods.base import ConfigError, make_method
 from methods.fsdp import MasterWeights
 

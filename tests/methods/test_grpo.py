@@ -6,8 +6,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from arena.sampler import SamplerConfig, generate
-from arena.tiny import build_policy
+from arena.model.sampler import SamplerConfig, generate
+from arena.model.tiny import build_policy
 from conftest import SMALL, digit_share, sharpen
 from methods import likelihood
 from methods.base import make_method

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from arena.sampler import SamplerConfig, generate
+from arena.model.sampler import SamplerConfig, generate
 from methods.likelihood import ESTIMATORS, ScoringBatch, estimate, gauss_legendre_nodes, sequence_logprob
 from methods.oracle import analytic_elbo, completion_blocks, conditionals, next_token_logprobs
 

@@ -4,8 +4,9 @@ import json
 import pytest
 import torch
 
-from arena.policy import CheckpointError, load_policy, save_checkpoint
-from arena.tiny import init_weights
+from arena.model import load_policy
+from arena.model.policy import CheckpointError, save_checkpoint
+from arena.model.tiny import init_weights
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

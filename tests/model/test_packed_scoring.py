@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from arena.layout import PackedLayout
+from arena.model.layout import PackedLayout
 from arena.rng import torch_generator
 from methods.oracle import next_token_logprobs
 

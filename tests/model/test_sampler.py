@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy import stats
 
-from arena.sampler import SamplerConfig, draw, generate
+from arena.model.sampler import SamplerConfig, draw, generate
 from methods.oracle import conditionals, exact_random_order_logprob, next_token_logprobs
 
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12], [13] * 8, [20, 21, 22, 23, 24], [30], [40, 41, 42, 43, 44, 45, 46]]

@@ -3,7 +3,7 @@
 Fast-dLLM v2 (arXiv 2509.26328) is stock Qwen2.5 trained with a block-diffusion objective; its
 checkpoint tensors carry plain Qwen2 names, so ``Qwen2ForCausalLM`` loads them without
 ``trust_remote_code``. Everything that makes it a block-diffusion model (masks, positions, token
-shift) is in ``arena.layout``; this module only loads, saves and runs the network.
+shift) is in ``arena.model.layout``; this module only loads, saves and runs the network.
 
 Token ids come from the checkpoint: the mask id is the tokenizer's ``|<MASK>|`` token, the stop id
 is ``config.eos_token_id``, the block size is ``config.bd_size``.
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from arena.layout import PackedLayout
+from arena.model.layout import PackedLayout
 
 MASK_TOKEN = "|<MASK>|"
 FAST_DLLM_KEYS = {  # what the real checkpoint's config.json adds on top of Qwen2's
@@ -106,12 +106,9 @@ def resolve_checkpoint(source: str) -> Path:
     )
 
 
-def load_policy(source: str, device: str | None = None, dtype: torch.dtype | None = None) -> Policy:
-    """Load ``tiny`` (built and cached on first use), a local checkpoint directory, or a hub id."""
-    if source == "tiny":
-        from arena.tiny import pretrained_path
-
-        return load_policy(str(pretrained_path()), device, dtype)
+def load_checkpoint(source: str, device: str | None = None, dtype: torch.dtype | None = None) -> Policy:
+    """Load a Fast-dLLM v2 checkpoint from a local directory or a hub id (``arena.model.load_policy``
+    also knows the name ``tiny``)."""
     path = resolve_checkpoint(source)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from arena.cli import build_parser
-from arena.estimator_report import measure, write
+from arena.estimators import measure, write
 from methods.likelihood import ESTIMATORS
 from rewards import get_task
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from arena.layout import block_causal_mask, shift_logits
-from arena.policy import Policy
+from arena.model.layout import block_causal_mask, shift_logits
+from arena.model.policy import Policy
 from arena.rng import torch_generator
 
 

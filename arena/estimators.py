@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from arena.sampler import SamplerConfig, generate
+from arena.model.sampler import SamplerConfig, generate
 from methods.likelihood import ScoringBatch, estimate
 from methods.oracle import completion_blocks
 
@@ -395,7 +395,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def cmd_estimators(args) -> None:
-    from arena.policy import load_policy
+    from arena.model import load_policy
     from rewards import get_task
 
     policy = load_policy(args.model)

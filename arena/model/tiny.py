@@ -2,7 +2,7 @@
 
 Same network (transformers' Qwen2: QKV bias, SwiGLU, RMSNorm, RoPE), same conventions (block
 alignment, token shift, mask token ``|<MASK>|``, stop token ``<|im_end|>``), same on-disk format
-(``arena.policy.save_checkpoint``), so every code path that serves the real checkpoint serves it.
+(``arena.model.policy.save_checkpoint``), so every code path that serves the real checkpoint serves it.
 Its tokenizer is character level: printable ASCII plus newline and the special tokens.
 
 Pretraining follows the Fast-dLLM v2 objective (arXiv 2509.26328 §3): per-block masking rate
@@ -13,13 +13,21 @@ token from the clean stream (the sampler decodes it from the completed previous 
 masked in the noisy view. Completions are padded with the stop token to the block end, so the
 model learns to fill a finished block with stop tokens.
 
-The task is ``rewards.arithmetic`` (addition, answer least-significant digit first, 1-4 digit
-operands). Training is deterministic (keyed init and draws), cached on disk by config hash.
+The task is ``rewards.noisy_arithmetic``: addition (answer least-significant digit first) on 1-3
+digit operands, learned from a teacher that is right with probability 0.8 / 0.5 / 0.3 per level, so
+that the model holds the right answer at a rate RL can raise (the testbed; docs/testbed.md).
+
+One checkpoint for everyone: the pretrained model ships inside the package (``tiny_checkpoint/``,
+with its config digest and held-out accuracy in ``pretrain.json``), so every machine starts from the
+same bytes. ``arena pretrain`` rebuilds it single-threaded (keyed init and draws, one thread: as
+reproducible as the CPU allows) and compares the rebuild with the shipped accuracy.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -30,13 +38,15 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from arena.layout import PackedLayout
-from arena.policy import MASK_TOKEN, Policy, load_policy, save_checkpoint
-from arena.rng import torch_generator
+from arena.model.layout import PackedLayout
+from arena.model.policy import MASK_TOKEN, CheckpointError, Policy, save_checkpoint
+from arena.model.sampler import SamplerConfig, generate
+from arena.rng import numpy_generator, torch_generator
 
 SPECIALS = ["<|endoftext|>", "<|im_end|>", MASK_TOKEN, "<unk>"]
 CHARS = [chr(i) for i in range(32, 127)] + ["\n"]
-FORMAT_VERSION = 1  # bump when the training recipe changes, to invalidate caches
+FORMAT_VERSION = 2  # bump when the training recipe changes (2: the noisy teacher)
+SHIPPED = Path(__file__).parent / "tiny_checkpoint"
 
 
 @dataclass(frozen=True)
@@ -53,8 +63,8 @@ class TinyConfig:
     lr: float = 3e-3
     warmup: int = 50
     seed: int = 0
-    task: str = "arithmetic"
-    level_weights: tuple[float, ...] = (1.0, 2.0, 3.0, 3.0)  # curriculum: more hard items
+    task: str = "noisy_arithmetic"
+    level_weights: tuple[float, ...] = (1.0, 2.0, 3.0)  # per task level: more hard items
 
     def digest(self) -> str:
         payload = json.dumps({**asdict(self), "format": FORMAT_VERSION}, sort_keys=True)
@@ -113,24 +123,39 @@ def cache_root() -> Path:
     return Path(os.environ.get("ARENA_CACHE", Path.home() / ".cache" / "arena"))
 
 
-def pretrained_path(config: TinyConfig = TinyConfig(), progress: bool = True) -> Path:
-    """Directory of the pretrained tiny checkpoint, training it first if it is not cached."""
-    path = cache_root() / f"tiny-{config.digest()}"
-    if not (path / "config.json").exists():
-        pretrain(config, path, progress=progress)
-    return path
+def shipped_report() -> dict:
+    """The shipped checkpoint's pretraining record: config, digest, held-out accuracy per level."""
+    try:
+        return json.loads((SHIPPED / "pretrain.json").read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"the shipped tiny checkpoint is missing from {SHIPPED}; reinstall arena, or "
+                              f"rebuild it with `arena pretrain --out {SHIPPED}`") from None
+
+
+def shipped_checkpoint() -> Path:
+    """The directory of the shipped tiny checkpoint, checked against the current ``TinyConfig``."""
+    digest = shipped_report().get("digest")
+    if digest != TinyConfig().digest():
+        raise CheckpointError(f"the shipped tiny checkpoint in {SHIPPED} was built from config {digest}, but "
+                              f"TinyConfig is now {TinyConfig().digest()}; rebuild it with "
+                              f"`arena pretrain --out {SHIPPED}`")
+    return SHIPPED
 
 
 # ---------------------------------------------------------------------------------------------
 # pretraining
 
 
-def training_batch(policy: Policy, examples: list[dict], task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded sequences prompt + answer + stop tokens to the block end; returns (ids, valid, target)."""
+def training_batch(policy: Policy, examples: list[dict], task, rng=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded sequences prompt + answer + stop tokens to the block end; returns (ids, valid, target).
+
+    The answer is the task's teacher's (``teacher_answer(example, rng)``) where it has one.
+    """
     B, rows = policy.block_size, []
+    teacher = getattr(task, "teacher_answer", None)
     for example in examples:
         prompt = policy.encode(task.prompt(example))
-        answer = policy.encode(example["answer"]) + [policy.eos_id]
+        answer = policy.encode(teacher(example, rng) if teacher else example["answer"]) + [policy.eos_id]
         end = -(-(len(prompt) + len(answer)) // B) * B
         rows.append((prompt, answer + [policy.eos_id] * (end - len(prompt) - len(answer))))
     T = max(len(p) + len(a) for p, a in rows)
@@ -181,21 +206,39 @@ def diffusion_loss(policy: Policy, ids, valid, target, generator, eps: float = 1
 def level_examples(task, config: TinyConfig, step: int) -> list[dict]:
     """One training batch, difficulty levels drawn by the curriculum weights (keyed by step)."""
     weights = torch.tensor(config.level_weights)
-    levels = torch.multinomial(weights, config.batch, replacement=True, generator=torch_generator(config.seed, 1, step))
+    if len(weights) != len(task.levels):
+        raise ValueError(f"level_weights {config.level_weights} must have one weight per level {task.levels}")
+    picks = torch.multinomial(weights, config.batch, replacement=True, generator=torch_generator(config.seed, 1, step))
     pool = task.examples("train", n=4 * config.batch, seed=config.seed * 1_000_003 + step)
     by_level = {}
     for example in pool:
         by_level.setdefault(example["difficulty"], []).append(example)
     counters = {level: 0 for level in by_level}
     batch = []
-    for level in (levels + 1).tolist():
+    for level in (task.levels[i] for i in picks.tolist()):
         batch.append(by_level[level][counters[level] % len(by_level[level])])
         counters[level] += 1
     return batch
 
 
+@contextlib.contextmanager
+def one_thread():
+    """Run single-threaded: kernels then reduce in one order, so a rebuild does not depend on the core count."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def pretrain(config: TinyConfig, path: Path, progress: bool = True) -> dict:
-    """Train the tiny model and write it to ``path`` (atomically); returns held-out accuracy by level."""
+    """Train the tiny model (single-threaded) and write it to ``path`` atomically; returns its report."""
+    with one_thread():
+        return _pretrain(config, Path(path), progress)
+
+
+def _pretrain(config: TinyConfig, path: Path, progress: bool) -> dict:
     from rewards import get_task
 
     task = get_task(config.task)
@@ -208,7 +251,8 @@ def pretrain(config: TinyConfig, path: Path, progress: bool = True) -> dict:
     start = time.time()
     bar = tqdm(range(config.steps), desc="pretrain tiny", disable=not progress)
     for step in bar:
-        ids, valid, target = training_batch(policy, level_examples(task, config, step), task)
+        teacher_rng = numpy_generator(config.seed, 3, step)
+        ids, valid, target = training_batch(policy, level_examples(task, config, step), task, teacher_rng)
         loss = diffusion_loss(policy, ids, valid, target, torch_generator(config.seed, 2, step))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -217,31 +261,45 @@ def pretrain(config: TinyConfig, path: Path, progress: bool = True) -> dict:
         schedule.step()
         bar.set_postfix(loss=f"{loss.item():.3f}")
     model.eval()
-    accuracy = evaluate_levels(policy, task)
+    seconds = round(time.time() - start, 1)
+    report = {"config": asdict(config), "digest": config.digest(), "seconds": seconds, **evaluate_levels(policy, task)}
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=path.name + ".tmp"))
     save_checkpoint(model, policy.tokenizer, staging, config.block_size, config.sub_block)
-    report = {"config": asdict(config), "seconds": round(time.time() - start, 1), "heldout_accuracy": accuracy}
     (staging / "pretrain.json").write_text(json.dumps(report, indent=2))
     if path.exists():
-        shutil.rmtree(staging)  # another process finished first; keep its copy
-    else:
-        staging.rename(path)
+        shutil.rmtree(path)
+    staging.rename(path)
     return report
 
 
-def evaluate_levels(policy: Policy, task, per_level: int = 64, seed: int = 0) -> dict[int, float]:
-    """Greedy exact-match accuracy on the held-out split, per difficulty level."""
-    from arena.sampler import SamplerConfig, generate
+def evaluate_levels(policy: Policy, task, per_level: int = 128, seed: int = 0) -> dict:
+    """Held-out exact match per difficulty level: greedy, and one sample at temperature 1 per prompt.
 
-    examples = task.examples("heldout", n=per_level * 4, seed=seed)
+    The sampled rate is what RL starts from (the teacher's q, roughly); greedy is the model's mode.
+    """
+    examples = task.examples("heldout", n=per_level * len(task.levels), seed=seed)
     prompts = [policy.encode(task.prompt(e)) for e in examples]
-    out = generate(policy, prompts, SamplerConfig(max_new_tokens=8), seed=seed)
-    scores: dict[int, list[float]] = {}
-    for example, text in zip(examples, out.texts):
-        scores.setdefault(example["difficulty"], []).append(task.reward(text, example))
-    return {level: sum(v) / len(v) for level, v in sorted(scores.items())}
+    report = {}
+    for name, temperature in (("greedy", 0.0), ("sampled", 1.0)):
+        out = generate(policy, prompts, SamplerConfig(max_new_tokens=8, temperature=temperature), seed=seed)
+        scores: dict[int, list[float]] = {}
+        for example, text in zip(examples, out.texts):
+            scores.setdefault(example["difficulty"], []).append(task.reward(text, example))
+        report[f"heldout_{name}"] = {str(level): sum(v) / len(v) for level, v in sorted(scores.items())}
+    report["heldout_prompts_per_level"] = per_level
+    return report
 
 
-def load_tiny(config: TinyConfig = TinyConfig()) -> Policy:
-    return load_policy(str(pretrained_path(config)))
+def matches_within_noise(rebuilt: dict, shipped: dict, z: float = 3.0) -> list[str]:
+    """Levels whose accuracy differs between two reports by more than ``z`` binomial standard errors."""
+    differing = []
+    for kind in ("heldout_greedy", "heldout_sampled"):
+        n = shipped["heldout_prompts_per_level"]
+        for level, expected in shipped[kind].items():
+            got = rebuilt[kind][level]
+            pooled = (expected + got) / 2
+            stderr = math.sqrt(max(2 * pooled * (1 - pooled) / n, 1 / n**2))
+            if abs(got - expected) > z * stderr:
+                differing.append(f"{kind} level {level}: {got:.3f} vs shipped {expected:.3f}")
+    return differing
