@@ -5,7 +5,7 @@
 Run from the repository root (see ``benchmarks.sampler_and_scoring`` for ``--model``). Every ratio
 compares two paths measured in the same run; times are medians over ``--repeats`` runs after a warm-up.
 
-1. A K-draw ELBO (``block_elbo``, count form) in one packed forward whose K noisy streams share one
+1. A K-draw ELBO (``elbo``, count form) in one packed forward whose K noisy streams share one
    clean stream, vs K separate packed passes of one draw each (the same estimator: K independent
    draws averaged), forward only and forward + backward. The token ratio is what the layout saves in
    forwarded tokens, (T + K·N) / (K·(T + N)) for T clean and N noisy tokens per stream; on a GPU the
@@ -26,7 +26,7 @@ from methods.likelihood import estimate, sequence_logprob
 
 def elbo_pass(policy, batch, draws: int, key: tuple[int, ...], backward: bool):
     with torch.set_grad_enabled(backward):
-        est = estimate("block_elbo", policy, batch, key, draws=draws, form="count")
+        est = estimate("elbo", policy, batch, key, draws=draws, form="count")
         if backward:
             sequence_logprob(est).sum().backward()
     return est.forward_tokens

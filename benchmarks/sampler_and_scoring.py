@@ -10,7 +10,7 @@ are medians over ``--repeats`` runs after one warm-up.
 1. Generation: completion tokens/s with and without the block KV cache, greedy, for prompts of growing
    length (few-shot arithmetic), and the ratio. Without the cache every denoising step re-forwards the
    whole prefix.
-2. Scoring (``block_masked``: first-token term + the rest of each block masked): the packed layout, one
+2. Scoring (``masked``: first-token term + the rest of each block masked): the packed layout, one
    forward over [clean | noisy] for every block at once, vs per-block scoring, one forward per block over
    the clean prefix and that noisy block (as the oracle scores). The largest difference of the per-block
    log-probs checks that both compute the same numbers.
@@ -56,7 +56,7 @@ def random_batch(policy, batch: int, prompt: int, length: int, seed: int = 0) ->
 
 @torch.no_grad()
 def per_block_scores(policy, batch: ScoringBatch) -> tuple[torch.Tensor, int]:
-    """``block_masked`` per block (n, blocks) with one forward per block, and the forward tokens used.
+    """``masked`` per block (n, blocks) with one forward per block, and the forward tokens used.
 
     Block k: the clean blocks < k, then block k with every completion position but its first masked,
     under the block-causal mask; the first token is scored from the clean position kB-1.
@@ -87,7 +87,7 @@ def scoring_table(policy, batch: int, lengths: list[int], repeats: int, prompt: 
     for length in lengths:
         rows = random_batch(policy, batch, prompt, length)
         with torch.no_grad():
-            packed_s, packed = timed(lambda: estimate("block_masked", policy, rows, (0, 0, 0)), repeats)
+            packed_s, packed = timed(lambda: estimate("masked", policy, rows, (0, 0, 0)), repeats)
         per_block_s, (per_block, per_block_tokens) = timed(lambda: per_block_scores(policy, rows), repeats)
         diff = float((packed.logp - per_block).abs().max())
         print(f"{length:>7} {length // policy.block_size:>7} {1e3 * packed_s:>10.2f} {1e3 * per_block_s:>13.2f} "

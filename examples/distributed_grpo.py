@@ -47,10 +47,8 @@ def main() -> None:
             examples = task.examples("train", n=args.prompts, seed=seed_of(args.seed, step))
             prompts = [policy.encode(task.prompt(e, policy.tokenizer)) for e in examples]
             result = method.step(prompts, lambda i, text: task.reward(text, examples[i]), step=step)
-            if world()[0] == 0:
-                used = result.consumption
-                print(json.dumps({"step": step, "samples": used.samples, "tokens": used.tokens, **result.stats}),
-                      flush=True)
+            if world()[0] == 0:  # the statistics include the consumption (samples, tokens, forward_tokens)
+                print(json.dumps({"step": step, **result.stats}), flush=True)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()  # gloo aborts the process at exit otherwise

@@ -10,28 +10,17 @@ Sign convention: arena maximises reward (evosax minimises; we do not).
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
+import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 import torch
 
+from arena.budget import Consumption
+from arena.config import build
 from arena.rng import name_key, torch_generator
 
 RewardFn = Callable[[int, str], float]  # (prompt index in the batch, completion text) -> reward
-
-
-@dataclass
-class Consumption:
-    """What one step consumed, in the arena's budget units."""
-
-    samples: int = 0  # completions generated
-    tokens: int = 0  # completion tokens generated
-    forward_tokens: int = 0  # query tokens through the model, generation and scoring together
-
-    def __add__(self, other: "Consumption") -> "Consumption":
-        return Consumption(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
 
 
 @dataclass
@@ -39,6 +28,30 @@ class StepResult:
     consumption: Consumption
     stats: dict[str, float] = field(default_factory=dict)
     completions: list[dict] = field(default_factory=list)  # prompt index, text, reward (a sample)
+
+
+# Statistics every method reports with one meaning (``common_stats``); methods add their own names.
+COMMON_STATS = {
+    "reward_mean": "mean reward over every completion generated this step, all ranks",
+    "reward_std": "standard deviation (n - 1) of those rewards (ES: over members x prompts, not fitnesses)",
+    "update_norm": "L2 norm of this step's change of the trainable parameters, fp32 masters, all ranks",
+    "step_seconds": "wall-clock seconds of the step on this rank",
+    "samples": "completions generated (Consumption.samples)",
+    "tokens": "completion tokens generated (Consumption.tokens)",
+    "forward_tokens": "query tokens through the model (Consumption.forward_tokens)",
+}
+
+
+def common_stats(totals: dict[str, float], update_norm: float, seconds: float) -> tuple[Consumption, dict]:
+    """The step's Consumption and COMMON_STATS, from all-rank sums named samples, tokens, forward_tokens,
+    reward_sum and reward_squares."""
+    n = totals["samples"]
+    mean = totals["reward_sum"] / n
+    variance = max(0.0, (totals["reward_squares"] - n * mean**2) / max(n - 1, 1))
+    used = Consumption(int(n), int(totals["tokens"]), int(totals["forward_tokens"]))
+    stats = {"reward_mean": mean, "reward_std": variance**0.5, "update_norm": update_norm, "step_seconds": seconds,
+             **dataclasses.asdict(used)}
+    return used, stats
 
 
 class Method(Protocol):
@@ -51,44 +64,6 @@ class Method(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
-class ConfigError(ValueError):
-    """A method option that is unknown or out of range; the message names it."""
-
-
-def build_config(cls, options: dict | None, where: str = "optimizer"):
-    """Instantiate the dataclass ``cls`` from ``options``, reporting every unknown or mistyped key."""
-    options = dict(options or {})
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    errors = [f"{where}.{key}: unknown option (known: {', '.join(sorted(names))})" for key in options if key not in names]
-    for key, value in options.items():
-        if key in names and not _type_ok(value, hints[key]):
-            errors.append(f"{where}.{key}: expected {hints[key]}, got {value!r}")
-    if errors:
-        raise ConfigError("; ".join(errors))
-    try:
-        return cls(**options)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"{where}: {error}") from None
-
-
-def _type_ok(value, hint) -> bool:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, arg) for arg in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if origin in (list, tuple):
-        return isinstance(value, (list, tuple))
-    if origin is typing.Literal:
-        return value in typing.get_args(hint)
-    return isinstance(value, hint) if isinstance(hint, type) else True
-
-
 # ---------------------------------------------------------------------------------------------
 # trainable parameters: full fine-tuning or LoRA, the same choice for every method
 
@@ -97,14 +72,24 @@ def _type_ok(value, hint) -> bool:
 class Trainable:
     """Which parameters a method trains. ``lora`` wraps the model with peft (Hu et al. 2021)."""
 
-    mode: str = "full"  # "full" | "lora"
+    mode: Literal["full", "lora"] = "full"
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
-    def __post_init__(self):
-        if self.mode not in ("full", "lora"):
-            raise ValueError(f"trainable must be 'full' or 'lora', got {self.mode!r}")
+    @classmethod
+    def of(cls, config) -> "Trainable":
+        """The choice a method config makes with its flat fields trainable, lora_rank, lora_alpha, lora_targets."""
+        return cls(config.trainable, config.lora_rank, config.lora_alpha, tuple(config.lora_targets))
+
+    def problems(self):
+        """The trainable options' problems, for the configs that carry them."""
+        if self.lora_rank < 1:
+            yield "lora_rank", f"must be >= 1, got {self.lora_rank!r}"
+        if self.lora_alpha <= 0:
+            yield "lora_alpha", f"must be > 0, got {self.lora_alpha!r}"
+        if not self.lora_targets:
+            yield "lora_targets", "must name at least one module"
 
 
 def make_trainable(policy, trainable: Trainable, seed: int) -> list[tuple[str, torch.nn.Parameter]]:
@@ -152,13 +137,38 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def all_reduce_sum(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-    """Sum (or ``op="max"``) ``tensor`` across ranks in place (no-op on one process)."""
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum ``tensor`` across ranks in place (no-op on one process)."""
     import torch.distributed as dist
 
     if world()[1] > 1:
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        dist.all_reduce(tensor)
     return tensor
+
+
+def all_reduce_sums(values: dict[str, float], max_keys: tuple[str, ...] = ()) -> dict[str, float]:
+    """Named scalars summed over ranks (those in ``max_keys``: their maximum), in one collective.
+
+    Every rank must pass the same names: the values travel in sorted-name order with a checksum of
+    the names, and ranks whose names differ raise instead of mixing values up. Every rank reduces
+    the same gathered float64 table, so all get the same bits. One process: the values as they are.
+    """
+    import torch.distributed as dist
+
+    names = sorted(values)
+    size = world()[1]
+    if size == 1:
+        return {name: float(values[name]) for name in names}
+    signature = zlib.crc32(repr((names, sorted(max_keys))).encode())  # exact in float64
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    local = torch.tensor([signature, *(values[name] for name in names)], dtype=torch.float64, device=device)
+    gathered = [torch.empty_like(local) for _ in range(size)]
+    dist.all_gather(gathered, local)
+    table = torch.stack(gathered).cpu()
+    if (table[:, 0] != signature).any():
+        raise RuntimeError(f"ranks reduce different statistics; this rank has {names} (max: {sorted(max_keys)})")
+    return {name: float(column.max() if name in max_keys else column.sum())
+            for name, column in zip(names, table[:, 1:].T)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,4 +196,4 @@ def get_method(name: str) -> type:
 def make_method(name: str, policy, options: dict | None, seed: int) -> Any:
     """Look up ``name``, validate ``options`` against its config dataclass, and set it up."""
     cls = get_method(name)
-    return cls(policy, build_config(cls.Config, options, where=f"optimizer[{name}]"), seed)
+    return cls(policy, build(cls.Config, options, where=f"optimizer[{name}]"), seed)

@@ -15,36 +15,32 @@ idea and the three estimators come from the seed post (shared/seed/block-grpo-bl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Literal
 
+from arena.config import problems_of
 from methods.base import register
 from methods.grpo import GRPO, GRPOConfig
-
-ESTIMATOR_NAMES = {"masked": "block_masked", "elbo": "block_elbo", "gauss_legendre": "block_gauss_legendre"}
+from methods.likelihood import BLOCK_ESTIMATORS, ESTIMATORS, ElboForm, ElboOptions, GaussLegendreOptions
 
 
 @dataclass
 class BlockGRPOConfig(GRPOConfig):
-    estimator: str = "elbo"  # masked | elbo | gauss_legendre
-    draws: int = 2  # elbo: Monte Carlo draws per block (sharing one clean stream)
-    form: str = "count"  # elbo: "count" (l ~ U{1..m}, weight m/l) or "uniform" (t ~ U(0,1], weight 1/t)
-    antithetic: bool = False  # elbo: pair each draw with its complement
-    nodes: int = 2  # gauss_legendre: quadrature nodes (>= ceil(m/2) makes it unbiased for the ELBO)
-    exact_count: bool = False  # gauss_legendre: |M| = ceil(t m) masks
+    estimator: Literal[BLOCK_ESTIMATORS] = "elbo"
+    # the estimators' own options, flat; defaults and checks come from methods.likelihood.ESTIMATORS
+    draws: int = ElboOptions.draws
+    form: ElboForm = ElboOptions.form
+    antithetic: bool = ElboOptions.antithetic
+    nodes: int = GaussLegendreOptions.nodes
+    exact_count: bool = GaussLegendreOptions.exact_count
 
-    def __post_init__(self):
-        super().__post_init__()
-        problems = []
-        if self.estimator not in ESTIMATOR_NAMES:
-            problems.append(f"estimator={self.estimator!r} is not one of {', '.join(ESTIMATOR_NAMES)}")
-        if self.draws < 1 or (self.antithetic and self.draws % 2):
-            problems.append(f"draws={self.draws!r} must be >= 1 (and even with antithetic)")
-        if self.form not in ("count", "uniform"):
-            problems.append(f"form={self.form!r} must be 'count' or 'uniform'")
-        if self.nodes < 1:
-            problems.append(f"nodes={self.nodes!r} must be >= 1")
-        if problems:
-            raise ValueError("; ".join(problems))
+    def estimator_options(self) -> dict:
+        """The options of the chosen estimator, by its own option class."""
+        return {f.name: getattr(self, f.name) for f in fields(ESTIMATORS[self.estimator].options)}
+
+    def problems(self):
+        yield from super().problems()
+        yield from problems_of(ESTIMATORS[self.estimator].options, **self.estimator_options())
 
 
 @register("block_grpo")
@@ -52,10 +48,4 @@ class BlockGRPO(GRPO):
     Config = BlockGRPOConfig
 
     def _estimator(self) -> tuple[str, dict]:
-        c = self.config
-        options = {
-            "masked": {},
-            "elbo": {"draws": c.draws, "form": c.form, "antithetic": c.antithetic},
-            "gauss_legendre": {"nodes": c.nodes, "exact_count": c.exact_count},
-        }[c.estimator]
-        return ESTIMATOR_NAMES[c.estimator], options
+        return self.config.estimator, self.config.estimator_options()

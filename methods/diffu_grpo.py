@@ -13,18 +13,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from arena.config import problems_of
 from methods.base import register
 from methods.grpo import GRPO, GRPOConfig
+from methods.likelihood import D1Options
 
 
 @dataclass
 class DiffuGRPOConfig(GRPOConfig):
-    p_mask: float = 0.15  # prompt masking probability (d1 runs: 0.15; its config default is 0.3)
+    p_mask: float = D1Options.p_mask  # prompt masking probability (checked by the d1 estimator's options)
 
-    def __post_init__(self):
-        super().__post_init__()
-        if not 0.0 <= self.p_mask < 1.0:
-            raise ValueError(f"p_mask={self.p_mask!r} must be in [0, 1)")
+    def problems(self):
+        yield from super().problems()
+        yield from problems_of(D1Options, p_mask=self.p_mask)
 
 
 @register("diffu_grpo")

@@ -29,11 +29,15 @@ take it dense, in place.
 Memory per trainable parameter. A parameter perturbed in place is restored by copy from an fp32
 master (bit-exact in fp32 and bf16; subtracting the noise is not), and every update accumulates in
 fp32 (bf16 swallows steps of 1e-5). So: ``full`` noise, 4 bytes (the master); ``lowrank``, 0 bytes for
-fp32 Linear weights and 4 bytes for everything else. Transient: one tensor's fp32 noise and update.
+fp32 Linear weights and 4 bytes for everything else. Transient: a few fp32 tensors of one parameter's size.
 
 Across processes (torch.distributed, e.g. under accelerate launch) each rank evaluates members
-rank, rank + world, ...; only fitness scalars and counters are all-reduced, every rank applies the
-same update, and every ``checksum_every`` steps an all-gather of a parameter checksum raises on drift.
+rank, rank + world, ...; only fitness scalars and counters are all-reduced (``all_reduce_sums``), every
+rank applies the same update, and every ``checksum_every`` steps an all-gather of a parameter checksum
+raises on drift.
+
+Statistics: the common ones (``methods.base.COMMON_STATS``; reward_mean/std over every member x prompt
+reward) and fitness_mean/std/max over members, sigma, and member_seconds / perturb_seconds per member.
 """
 from __future__ import annotations
 
@@ -46,9 +50,11 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
+from arena.config import Checked
 from arena.rng import name_key, seed_of, torch_generator
 from arena.model.sampler import SamplerConfig, generate
-from methods.base import Consumption, RewardFn, StepResult, Trainable, make_trainable, register, world
+from methods.base import (RewardFn, StepResult, Trainable, all_reduce_sums, common_stats, make_trainable, register,
+                          world)
 
 NOISE, DECODE = 1, 2  # key domains: parameter noise, member decoding
 
@@ -76,7 +82,7 @@ SHAPING = {"centered_rank": centered_rank, "zscore": zscore}
 @register("es")
 class ES:
     @dataclass
-    class Config:
+    class Config(Checked):
         population: int = 32  # members per step, both signs counted (Qiu et al.: 30)
         sigma: float = 1e-3  # noise scale σ (Qiu et al.)
         alpha: float = 5e-4  # step size α (Qiu et al.: σ/2, with 1/σ absorbed)
@@ -95,23 +101,24 @@ class ES:
         noise_rank: int = 1  # r (EGGROLL's default)
         checksum_every: int = 10  # steps between cross-process parameter checksums
 
-        def __post_init__(self):
+        def problems(self):
             if self.population < 2 or (self.antithetic and self.population % 2):
-                raise ValueError(f"population must be >= 2 (and even when antithetic), got {self.population}")
-            for name in ("sigma", "alpha"):
-                if getattr(self, name) <= 0:
-                    raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-            if self.weight_decay < 0 or self.temperature < 0:
-                raise ValueError("weight_decay and temperature must be >= 0")
+                yield "population", f"must be >= 2 (and even when antithetic), got {self.population!r}"
+            if self.sigma <= 0:
+                yield "sigma", f"must be > 0, got {self.sigma!r}"
+            for name in ("alpha", "weight_decay", "temperature"):  # alpha 0 freezes the policy (a control arm)
+                if getattr(self, name) < 0:
+                    yield name, f"must be >= 0, got {getattr(self, name)!r}"
+            for name in ("max_new_tokens", "noise_rank", "checksum_every"):
+                if getattr(self, name) < 1:
+                    yield name, f"must be >= 1, got {getattr(self, name)!r}"
             if self.prompts_per_member is not None and self.prompts_per_member < 1:
-                raise ValueError(f"prompts_per_member must be >= 1 or None, got {self.prompts_per_member}")
-            if self.noise_rank < 1 or self.checksum_every < 1:
-                raise ValueError("noise_rank and checksum_every must be >= 1")
+                yield "prompts_per_member", f"must be >= 1 or null (all prompts), got {self.prompts_per_member!r}"
+            yield from Trainable.of(self).problems()
 
     def __init__(self, policy, config: Config, seed: int):
         self.policy, self.config, self.seed = policy, config, seed
-        trainable = Trainable(config.trainable, config.lora_rank, config.lora_alpha, tuple(config.lora_targets))
-        self.params = make_trainable(policy, trainable, seed)
+        self.params = make_trainable(policy, Trainable.of(config), seed)
         names = {name for name, _ in self.params}
         self.hooked = {}  # parameter name -> nn.Linear that takes its low-rank noise in the forward
         if config.noise == "lowrank":
@@ -166,7 +173,8 @@ class ES:
 
     @torch.no_grad()
     def apply_update(self, step: int, shaped: torch.Tensor) -> float:
-        """θ ← θ + scale·Σ_j c_j ε_j - αλθ in fp32, identical on every process; returns ‖Δθ‖₂."""
+        """θ ← θ + scale·Σ_j c_j ε_j - αλθ in fp32, identical on every process; returns the norm of the
+        change of the fp32 θ (after rounding into it)."""
         cfg, n = self.config, len(shaped)
         coef = torch.zeros(n // 2 if cfg.antithetic else n, dtype=torch.float64)
         for member in range(n):
@@ -181,47 +189,51 @@ class ES:
                 delta.add_(self.noise(step, j, name, param.shape).to(theta.device), alpha=float(coef[j]) * scale)
             if cfg.weight_decay:
                 delta.sub_(theta, alpha=cfg.alpha * cfg.weight_decay)
-            theta.add_(delta)
+            moved = theta + delta
+            squares += float((moved - theta).double().square().sum())
+            theta.copy_(moved)
             if theta is not param:
                 param.copy_(theta)
-            squares += float(delta.double().square().sum())
         return math.sqrt(squares)
 
     # ---- one step: evaluate this rank's members, share the fitnesses, update
 
     def step(self, prompts: list[list[int]], reward_fn: RewardFn, step: int) -> StepResult:
-        cfg, (rank, size) = self.config, world()
+        cfg, (rank, size), start = self.config, world(), time.perf_counter()
         if size > 1 and step % cfg.checksum_every == 0:
             self.check_replicas(step)
         prompts = prompts[: cfg.prompts_per_member or len(prompts)]
         n = cfg.population
-        totals = torch.zeros(n + 5, dtype=torch.float64)  # fitness per member, then the counters below
+        counters = ("samples", "tokens", "forward_tokens", "reward_sum", "reward_squares", "member_seconds",
+                    "perturb_seconds")
+        sums = dict.fromkeys([*map(_fitness, range(n)), *counters], 0.0)  # every name on every rank
         completions = []
         for member in range(rank, n, size):
-            start = time.perf_counter()
+            begun = time.perf_counter()
             with self.perturbed(step, member):
                 perturbed_at = time.perf_counter()
                 out = generate(self.policy, prompts, self.sampler, seed=seed_of(self.seed, DECODE, step))
-                rewards = [reward_fn(i, text) for i, text in enumerate(out.texts)]
+                rewards = [float(reward_fn(i, text)) for i, text in enumerate(out.texts)]
                 evaluated_at = time.perf_counter()
             restored_at = time.perf_counter()
-            totals[member] = sum(rewards) / len(rewards)
-            seconds = [evaluated_at - perturbed_at, (perturbed_at - start) + (restored_at - evaluated_at)]
-            totals[n:] += torch.tensor([len(out.tokens), sum(map(len, out.tokens)), out.forward_tokens, *seconds],
-                                       dtype=torch.float64)
+            sums[_fitness(member)] = sum(rewards) / len(rewards)
+            counts = {"samples": len(out.tokens), "tokens": sum(map(len, out.tokens)),
+                      "forward_tokens": out.forward_tokens, "reward_sum": sum(rewards),
+                      "reward_squares": sum(r * r for r in rewards), "member_seconds": evaluated_at - perturbed_at,
+                      "perturb_seconds": (perturbed_at - begun) + (restored_at - evaluated_at)}
+            for name, value in counts.items():
+                sums[name] += value
             if not completions:
                 completions = [{"prompt": i, "text": t, "reward": r, "member": member}
                                for i, (t, r) in enumerate(zip(out.texts, rewards))]
-        if size > 1:
-            totals = totals.to(self.policy.device)
-            dist.all_reduce(totals)
-            totals = totals.cpu()
-        fitness, (samples, tokens, forward_tokens, member_seconds, perturb_seconds) = totals[:n], totals[n:].tolist()
+        totals = all_reduce_sums(sums)
+        fitness = torch.tensor([totals[_fitness(m)] for m in range(n)], dtype=torch.float64)
         norm = self.apply_update(step, SHAPING[cfg.shaping](fitness))
-        stats = {"fitness_mean": float(fitness.mean()), "fitness_std": float(fitness.std(correction=0)),
-                 "fitness_max": float(fitness.max()), "update_norm": norm, "sigma": cfg.sigma,
-                 "member_seconds": member_seconds / n, "perturb_seconds": perturb_seconds / n}
-        return StepResult(Consumption(int(samples), int(tokens), int(forward_tokens)), stats, completions)
+        consumption, stats = common_stats(totals, norm, time.perf_counter() - start)
+        stats |= {"fitness_mean": float(fitness.mean()), "fitness_std": float(fitness.std(correction=0)),
+                  "fitness_max": float(fitness.max()), "sigma": cfg.sigma,
+                  "member_seconds": totals["member_seconds"] / n, "perturb_seconds": totals["perturb_seconds"] / n}
+        return StepResult(consumption, stats, completions)
 
     @torch.no_grad()
     def check_replicas(self, step: int) -> None:
@@ -245,6 +257,11 @@ class ES:
             theta.copy_(state["theta"][name])
             if theta is not param:
                 param.copy_(theta)
+
+
+def _fitness(member: int) -> str:
+    """The name under which a member's fitness travels in the step's all-reduce."""
+    return f"fitness[{member}]"
 
 
 def _lowrank_hook(a: torch.Tensor, b: torch.Tensor):

@@ -76,6 +76,11 @@ def is_sharded(model: torch.nn.Module) -> bool:
     return bool(units(model))
 
 
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a sharded parameter (a DTensor); an unsharded tensor is its own."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
 @contextlib.contextmanager
 def gathered(model: torch.nn.Module):
     """All-gather every unit once and keep it gathered: forwards inside issue no collectives."""

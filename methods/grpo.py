@@ -21,57 +21,69 @@ with the loss normalised by the global unit count, so N processes compute what o
 ``sharding: fsdp`` shards parameters, gradients and AdamW moments over the ranks instead of
 replicating them (``methods.fsdp``; needed for full fine-tuning at 7B, see docs/distributed.md).
 Low-precision (bf16) weights train through fp32 master copies in both modes.
+
+Statistics: the common ones (``methods.base.COMMON_STATS``; update_norm needs one fp32 copy of this
+rank's masters during the step) and those TRL/verl users expect: loss, clip_frac, kl, ratio_mean,
+ratio_max, estimator_std (spread of the estimator's draws), grad_norm, frac_zero_std_groups,
+completion_length.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
+from arena.config import Checked
 from arena.rng import seed_of
 from arena.model.sampler import SamplerConfig, generate
 from methods import fsdp, likelihood
-from methods.base import (Consumption, StepResult, Trainable, all_reduce_sum, make_trainable, reference_context,
-                          register, world)
+from methods.base import (StepResult, Trainable, all_reduce_sum, all_reduce_sums, common_stats, make_trainable,
+                          reference_context, register, world)
 
 
 @dataclass
-class GRPOConfig:
+class GRPOConfig(Checked):
     group_size: int = 6  # G completions per prompt (d1: 6)
-    advantage: str = "mean"  # "mean": r - group mean (d1, Dr. GRPO); "zscore": / group std (DeepSeekMath)
+    advantage: Literal["mean", "zscore"] = "mean"  # "mean": r - group mean (d1, Dr. GRPO); "zscore": / group std (DeepSeekMath)
     clip_eps: float = 0.2  # ε, PPO clip (d1 uses 0.5)
     clip_eps_high: float | None = None  # ε_high (DAPO, arXiv 2503.14476); None = clip_eps
     inner_iterations: int = 1  # μ updates per batch (d1: 12)
     beta: float = 0.0  # k3 KL to the frozen reference (d1: 0.04; TRL default 0)
-    loss_aggregation: str = "token_mean"  # or "sequence_mean"
+    loss_aggregation: Literal["token_mean", "sequence_mean"] = "token_mean"
     max_grad_norm: float = 1.0  # gradient clipping (d1: 0.2)
-    lr: float = 3e-6  # AdamW (d1: 3e-6 with LoRA)
+    lr: float = 3e-6  # AdamW (d1: 3e-6 with LoRA); 0 freezes the policy (a control arm)
     weight_decay: float = 0.0  # AdamW (d1: 0.1)
     micro_batch: int = 0  # sequences per forward/backward; 0 = the whole batch at once
     max_new_tokens: int = 64  # rollout length, rounded up to whole blocks
     temperature: float = 1.0  # rollout temperature; the estimators score at the same temperature
     threshold: float = 1.0  # sampler confidence threshold (1.0: one token per step)
-    trainable: str = "full"  # "full" or "lora" (peft)
+    trainable: Literal["full", "lora"] = "full"  # peft for LoRA
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = Trainable.lora_targets  # the same default as ES: never a confound
-    sharding: str = "none"  # "none": replicas, summed gradients; "fsdp": FSDP2 (Zhao et al. 2023), full FT only
+    sharding: Literal["none", "fsdp"] = "none"  # "none": replicas, summed gradients; "fsdp": FSDP2 (Zhao et al. 2023), full FT only
 
-    def __post_init__(self):
-        checks = {
-            "group_size": self.group_size >= 2, "advantage": self.advantage in ("mean", "zscore"),
-            "clip_eps": self.clip_eps > 0, "inner_iterations": self.inner_iterations >= 1, "beta": self.beta >= 0,
-            "loss_aggregation": self.loss_aggregation in ("token_mean", "sequence_mean"),
-            "lr": self.lr > 0, "micro_batch": self.micro_batch >= 0, "temperature": self.temperature > 0,
-            "max_new_tokens": self.max_new_tokens >= 1, "sharding": self.sharding in ("none", "fsdp"),
-        }
-        bad = [name for name, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(", ".join(f"{name}={getattr(self, name)!r} is out of range" for name in bad))
+    def problems(self):
+        at_least = {"group_size": 2, "inner_iterations": 1, "micro_batch": 0, "max_new_tokens": 1, "beta": 0,
+                    "weight_decay": 0, "lr": 0}
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                yield name, f"must be >= {low}, got {getattr(self, name)!r}"
+        for name in ("clip_eps", "temperature", "max_grad_norm"):
+            if getattr(self, name) <= 0:
+                yield name, f"must be > 0, got {getattr(self, name)!r}"
+        if self.clip_eps_high is not None and self.clip_eps_high <= 0:
+            yield "clip_eps_high", f"must be > 0 (or null: clip_eps), got {self.clip_eps_high!r}"
+        if not 0 < self.threshold <= 1:
+            yield "threshold", f"must be in (0, 1], got {self.threshold!r}"
+        yield from Trainable.of(self).problems()
         if self.sharding == "fsdp" and self.trainable != "full":
-            raise ValueError("sharding='fsdp' shards full fine-tuning; LoRA runs replicate the model (sharding='none')")
+            yield "sharding", "'fsdp' shards full fine-tuning; LoRA runs replicate the model (sharding: none)"
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
@@ -105,8 +117,7 @@ class GRPO:
     def __init__(self, policy, config: GRPOConfig, seed: int):
         self.policy, self.config, self.seed = policy, config, seed
         fsdp.check_launcher(config.sharding)
-        trainable = Trainable(config.trainable, config.lora_rank, config.lora_alpha, tuple(config.lora_targets))
-        self.params = make_trainable(policy, trainable, seed)
+        self.params = make_trainable(policy, Trainable.of(config), seed)
         self.reference = None  # full fine-tuning with β > 0 keeps a frozen copy; LoRA disables the adapter
         if config.beta > 0 and config.trainable == "full":
             self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
@@ -126,16 +137,11 @@ class GRPO:
         return "ar", {}
 
     # ---------------------------------------------------------------------------------------
-    def _score(self, batch, key, grad: bool, model=None) -> likelihood.Estimate:
-        """The estimator on ``batch`` with masks keyed ``key``; ``model`` swaps in the full-FT reference."""
+    def _score(self, batch, key, grad: bool, policy=None) -> likelihood.Estimate:
+        """The estimator of ``policy`` (default: the trained one) on ``batch`` with masks keyed ``key``."""
         name, options = self._estimator()
-        current = self.policy.model
-        self.policy.model = model or current
-        try:
-            with torch.set_grad_enabled(grad):
-                est = likelihood.estimate(name, self.policy, batch, key, **options)
-        finally:
-            self.policy.model = current
+        with torch.set_grad_enabled(grad):
+            est = likelihood.estimate(name, policy or self.policy, batch, key, **options)
         self.forward_tokens += est.forward_tokens
         return est
 
@@ -143,12 +149,13 @@ class GRPO:
         if self.config.beta == 0:
             return None
         if self.reference is not None:
-            return self._score(batch, key, grad=False, model=self.reference).logp
+            frozen = dataclasses.replace(self.policy, model=self.reference)  # a view: self.policy is untouched
+            return self._score(batch, key, grad=False, policy=frozen).logp
         with reference_context(self.policy):
             return self._score(batch, key, grad=False).logp
 
     def step(self, prompts: list[list[int]], reward_fn, step: int) -> StepResult:
-        config, G, start = self.config, self.config.group_size, time.time()
+        config, G, start = self.config, self.config.group_size, time.perf_counter()
         rank, size = world()
         if self.sharded and len(prompts) % size:
             # every rank must run the same number of sharded forwards (each one is a collective)
@@ -164,15 +171,16 @@ class GRPO:
         with fsdp.gathered(self.policy.model):
             out = generate(self.policy, [prompts[i] for i, _ in rows], self.sampler, seed=seed_of(self.seed, step),
                            row_ids=sample_ids)
-        rewards = torch.tensor([float(reward_fn(i, text)) for (i, _), text in zip(rows, out.texts)])
+        scores = [float(reward_fn(i, text)) for (i, _), text in zip(rows, out.texts)]
+        rewards = torch.tensor(scores)
         advantages = group_advantages(rewards, G, config.advantage).to(self.policy.device)
         batch = likelihood.ScoringBatch.build([prompts[i] for i, _ in rows], out.tokens, self.policy.pad_id,
                                               self.policy.block_size, config.temperature, sample_ids,
                                               device=self.policy.device)
         name, _ = self._estimator()
         units = likelihood.unit_mask(name, batch, self.policy.block_size)
-        normaliser = all_reduce_sum(torch.tensor(float(units.sum() if config.loss_aggregation == "token_mean"
-                                                       else len(rows))))
+        local_units = float(units.sum()) if config.loss_aggregation == "token_mean" else len(rows)
+        normaliser = all_reduce_sums({"normaliser": local_units})["normaliser"]
 
         # ---- θ_old (iteration 0: the current pass, detached) and reference scores, before any update
         keys = [(self.seed, step, it) for it in range(config.inner_iterations)]
@@ -182,8 +190,9 @@ class GRPO:
         # ---- μ inner iterations of the clipped objective
         n, micro = len(rows), config.micro_batch or len(rows)
         high = config.clip_eps if config.clip_eps_high is None else config.clip_eps_high
-        sums = dict.fromkeys(("loss", "units", "clipped", "ratio", "kl", "draw_std", "draw_units"), 0.0)
-        ratio_max = grad_norm = 0.0
+        sums = dict.fromkeys(("loss", "units", "clipped", "ratio", "ratio_max", "kl", "draw_std", "draw_units"), 0.0)
+        grad_norm = 0.0
+        before = [fsdp.local(m.detach()).clone() for m in self.master.masters]  # for update_norm
         for it in range(config.inner_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             for lo in range(0, n, micro):
@@ -204,7 +213,7 @@ class GRPO:
                 sums["clipped"] += float((((ratio < 1 - config.clip_eps) | (ratio > 1 + high)) & u).sum())
                 sums["ratio"] += float((ratio.detach() * u).sum())
                 sums["kl"] += float((kl.detach() * u).sum())
-                ratio_max = max(ratio_max, float(ratio.detach()[u].max()) if u.any() else 0.0)
+                sums["ratio_max"] = max(sums["ratio_max"], float(ratio.detach()[u].max()) if u.any() else 0.0)
                 if est.draw_values is not None and est.draw_values.shape[1] > 1:
                     sums["draw_std"] += float(est.draw_values.detach().std(1)[u].sum())
                     sums["draw_units"] += float(u.sum())
@@ -218,25 +227,33 @@ class GRPO:
 
         # ---- statistics and consumption over all ranks
         groups = rewards.view(-1, G)
-        generated = sum(len(t) for t in out.tokens)
-        totals = all_reduce_sum(torch.tensor([
-            n, generated, out.forward_tokens + self.forward_tokens, float(rewards.sum()), float((rewards**2).sum()),
-            float((groups.std(1) == 0).sum()), len(groups), sum(out.lengths), sums["units"], sums["clipped"],
-            sums["ratio"], sums["kl"], sums["draw_std"], sums["draw_units"], sums["loss"]], dtype=torch.float64))
-        (n_all, tokens_all, forward_all, r_sum, r_sq, zero_std, n_groups, lengths, units, clipped, ratio_sum, kl_sum,
-         draw_std, draw_units, loss_sum) = totals.tolist()
-        mean = r_sum / n_all
-        stats = {
-            "reward_mean": mean, "reward_std": max(0.0, (r_sq - n_all * mean**2) / max(n_all - 1, 1)) ** 0.5,
-            "frac_zero_std_groups": zero_std / n_groups, "loss": loss_sum / config.inner_iterations,
-            "clip_frac": clipped / max(units, 1), "kl": kl_sum / max(units, 1), "ratio_mean": ratio_sum / max(units, 1),
-            "ratio_max": float(all_reduce_sum(torch.tensor(ratio_max), op="max")),
-            "estimator_std": draw_std / max(draw_units, 1), "grad_norm": grad_norm / config.inner_iterations,
-            "completion_length": lengths / n_all, "tokens": tokens_all, "step_seconds": time.time() - start,
+        totals = all_reduce_sums({
+            **sums, "samples": n, "tokens": sum(map(len, out.tokens)),
+            "forward_tokens": out.forward_tokens + self.forward_tokens,
+            "reward_sum": sum(scores), "reward_squares": sum(r * r for r in scores),
+            "zero_std_groups": float((groups.std(1) == 0).sum()), "groups": len(groups),
+            "completion_tokens": sum(out.lengths), "update_squares": self._update_squares(before),
+        }, max_keys=("ratio_max",))
+        consumption, stats = common_stats(totals, math.sqrt(totals["update_squares"]), time.perf_counter() - start)
+        units = max(totals["units"], 1)
+        stats |= {
+            "frac_zero_std_groups": totals["zero_std_groups"] / totals["groups"],
+            "loss": totals["loss"] / config.inner_iterations, "clip_frac": totals["clipped"] / units,
+            "kl": totals["kl"] / units, "ratio_mean": totals["ratio"] / units, "ratio_max": totals["ratio_max"],
+            "estimator_std": totals["draw_std"] / max(totals["draw_units"], 1),
+            "grad_norm": grad_norm / config.inner_iterations,
+            "completion_length": totals["completion_tokens"] / totals["samples"],
         }
-        consumption = Consumption(samples=int(n_all), tokens=int(tokens_all), forward_tokens=int(forward_all))
         sample = [{"prompt": i, "text": text, "reward": float(r)} for (i, _), text, r in zip(rows, out.texts, rewards)]
         return StepResult(consumption, stats, sample[: 2 * G])
+
+    def _update_squares(self, before: list[torch.Tensor]) -> float:
+        """Σ (θ - θ_before)² over this rank's fp32 masters; summed over ranks, the squared global norm
+        (FSDP ranks hold one shard each; replicas hold the whole update, which rank 0 alone counts)."""
+        if not self.sharded and world()[0] != 0:
+            return 0.0
+        pairs = zip(self.master.masters, before)
+        return sum(float((fsdp.local(m.detach()) - b).double().square().sum()) for m, b in pairs)
 
     # ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict:

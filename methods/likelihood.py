@@ -7,16 +7,17 @@ for a masked subset M:
 
     ELBO_k = log p(first token) + ∫_0^1 (1/t) E_{M~Bern(t)^m}[S(M)] dt  ≤  ℓ_k
 
-Estimators (``ESTIMATORS``; unit = token for ``ar``/``d1``, block otherwise):
+Estimators (``ESTIMATORS``, keyed by the names users write; unit = token for ``ar``/``d1``, block
+otherwise):
 - ``ar``: causal forward, Σ log p(y_j | y_<j): exact for an AR model, not for this sampler.
 - ``d1``: diffu-GRPO's one step (Zhao et al. 2025, arXiv 2504.12216): completion fully masked,
   prompt tokens masked with probability ``p_mask``; mean-field per-token log-probs.
-- ``block_masked``: first-token term + S(all m masked): one pass, neither bound nor unbiased.
-- ``block_elbo``: first-token term + K Monte Carlo draws of the inner integral. ``form="uniform"``:
+- ``masked``: first-token term + S(all m masked): one pass, neither bound nor unbiased.
+- ``elbo``: first-token term + K Monte Carlo draws of the inner integral. ``form="uniform"``:
   t ~ U(0,1], M ~ Bern(t), weight 1/t. ``form="count"``: l ~ U{1..m}, |M| = l uniform, weight m/l
   (same expectation: C(m,l)·B(l, m-l+1) = 1/l). ``antithetic`` pairs draws: (t, M) with (1-t, not M),
   or for counts (l, M) with (m+1-l, not M plus one element of M) — each marginally exact.
-- ``block_gauss_legendre``: Σ_j w_j (1/t_j) S(M_j), n Gauss-Legendre nodes on [0,1], one mask per
+- ``gauss_legendre``: Σ_j w_j (1/t_j) S(M_j), n Gauss-Legendre nodes on [0,1], one mask per
   node. The integrand is a polynomial of degree m-1 in t, so n >= ceil(m/2) nodes make this
   unbiased for the ELBO. ``exact_count`` masks |M| = ceil(t_j m) with weight m/|M| (the count
   form's step integrand: lower variance, a quadrature bias).
@@ -29,11 +30,13 @@ likelihood is that of the sampler that produced the samples (DESIGN §3).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Callable, Literal
 
 import numpy as np
 import torch
 
+from arena.config import Checked, build
 from arena.model.layout import PackedLayout, block_causal_mask, causal_mask
 from arena.rng import torch_generator
 
@@ -101,7 +104,7 @@ def ar(policy, batch: ScoringBatch, key: tuple[int, ...]) -> Estimate:
     return Estimate(logp, batch.completion, torch.zeros(n, 1, T, dtype=torch.bool, device=batch.ids.device), n * T)
 
 
-def d1(policy, batch: ScoringBatch, key: tuple[int, ...], p_mask: float = 0.15) -> Estimate:
+def d1(policy, batch: ScoringBatch, key: tuple[int, ...], p_mask: float) -> Estimate:
     n, T = batch.ids.shape
     device = batch.ids.device
     uniforms = torch.stack([torch.rand(T, generator=torch_generator(*key, s, 0)) for s in batch.sample_ids]).to(device)
@@ -152,12 +155,7 @@ def block_masked(policy, batch: ScoringBatch, key: tuple[int, ...]) -> Estimate:
     return _block_estimate(policy, batch, maskable[:, None], coef)
 
 
-def block_elbo(policy, batch: ScoringBatch, key: tuple[int, ...], draws: int = 4, form: str = "count",
-               antithetic: bool = False) -> Estimate:
-    if form not in ("uniform", "count"):
-        raise ValueError(f"block_elbo form must be 'uniform' or 'count', got {form!r}")
-    if antithetic and draws % 2:
-        raise ValueError(f"antithetic draws come in pairs; draws={draws} is odd")
+def block_elbo(policy, batch: ScoringBatch, key: tuple[int, ...], draws: int, form: str, antithetic: bool) -> Estimate:
     B = policy.block_size
     maskable = _maskable(batch, B)[:, None]  # (n, 1, T)
     n, _, T = maskable.shape
@@ -188,8 +186,7 @@ def gauss_legendre_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
     return (x + 1) / 2, w / 2
 
 
-def block_gauss_legendre(policy, batch: ScoringBatch, key: tuple[int, ...], nodes: int = 2,
-                         exact_count: bool = False) -> Estimate:
+def block_gauss_legendre(policy, batch: ScoringBatch, key: tuple[int, ...], nodes: int, exact_count: bool) -> Estimate:
     B = policy.block_size
     maskable = _maskable(batch, B)[:, None]
     n, _, T = maskable.shape
@@ -227,36 +224,92 @@ def _block_estimate(policy, batch: ScoringBatch, masks, coef, monte_carlo: bool 
     inner = _log_probs_at(policy, hidden, rows, slots, batch.ids[rows, pos], batch.temperature)
     weighted = inner * coef[rows, draw, pos // B]
     inner_by_draw = torch.zeros(n, D, blocks, device=device).index_put((rows, draw, pos // B), weighted, accumulate=True)
-    units = unit_mask("block", batch, B)
+    units = batch.completion.reshape(n, blocks, B).any(-1)
     # Monte Carlo: each draw alone (first-token term + D x its weighted inner sum) is unbiased too
     draw_values = first_logp[:, None] + D * inner_by_draw if monte_carlo else None
     return Estimate(first_logp + inner_by_draw.sum(1), units, masks, n * layout.total, draw_values, first_logp)
 
 
-TOKEN_UNIT = ("ar", "d1")
+# ---------------------------------------------------------------------------------------------
+# the vocabulary: one entry per name users write, with its function, unit and options (one default each)
+
+
+@dataclass(frozen=True)
+class NoOptions(Checked):
+    pass
+
+
+@dataclass(frozen=True)
+class D1Options(Checked):
+    p_mask: float = 0.15  # prompt masking probability (d1 runs: 0.15; its config default is 0.3)
+
+    def problems(self):
+        if not 0.0 <= self.p_mask < 1.0:
+            yield "p_mask", f"must be in [0, 1), got {self.p_mask!r}"
+
+
+ElboForm = Literal["count", "uniform"]
+
+
+@dataclass(frozen=True)
+class ElboOptions(Checked):
+    draws: int = 2  # Monte Carlo draws per block, sharing one clean stream
+    form: ElboForm = "count"  # count: l ~ U{1..m}, weight m/l; uniform: t ~ U(0,1], weight 1/t
+    antithetic: bool = False  # pair each draw with its complement
+
+    def problems(self):
+        if self.draws < 1:
+            yield "draws", f"must be >= 1, got {self.draws!r}"
+        elif self.antithetic and self.draws % 2:
+            yield "draws", f"antithetic draws come in pairs: must be even, got {self.draws!r}"
+
+
+@dataclass(frozen=True)
+class GaussLegendreOptions(Checked):
+    nodes: int = 2  # quadrature nodes; with Bernoulli masks, >= ceil(m/2) make it unbiased for the ELBO
+    exact_count: bool = False  # |M| = ceil(t m) masks: lower variance, biased at every node count
+
+    def problems(self):
+        if self.nodes < 1:
+            yield "nodes", f"must be >= 1, got {self.nodes!r}"
+
+
+@dataclass(frozen=True)
+class Estimator:
+    function: Callable[..., Estimate]
+    unit: Literal["token", "block"]  # what one importance ratio covers
+    options: type  # a Checked dataclass: the estimator's options and their defaults
+
+
+ESTIMATORS = {
+    "ar": Estimator(ar, "token", NoOptions),
+    "d1": Estimator(d1, "token", D1Options),
+    "masked": Estimator(block_masked, "block", NoOptions),
+    "elbo": Estimator(block_elbo, "block", ElboOptions),
+    "gauss_legendre": Estimator(block_gauss_legendre, "block", GaussLegendreOptions),
+}
+BLOCK_ESTIMATORS = tuple(name for name, spec in ESTIMATORS.items() if spec.unit == "block")
+
+
+def get_estimator(name: str) -> Estimator:
+    if name not in ESTIMATORS:
+        raise KeyError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
+    return ESTIMATORS[name]
 
 
 def unit_mask(name: str, batch: ScoringBatch, block_size: int) -> torch.Tensor:
     """Which units of each row an estimator reports: completion tokens, or blocks holding any."""
-    if name in TOKEN_UNIT:
+    if get_estimator(name).unit == "token":
         return batch.completion
-    return batch.completion.reshape(len(batch.sample_ids), -1, block_size).any(-1)
-
-
-ESTIMATORS = {
-    "ar": ar,
-    "d1": d1,
-    "block_masked": block_masked,
-    "block_elbo": block_elbo,
-    "block_gauss_legendre": block_gauss_legendre,
-}
+    return batch.completion.reshape(len(batch.sample_ids), -1, block_size).any(-1)  # as _block_estimate
 
 
 def estimate(name: str, policy, batch: ScoringBatch, key: tuple[int, ...], **options) -> Estimate:
-    """Run estimator ``name`` with its options; ``key`` = (seed, step, iteration) keys the masks."""
-    if name not in ESTIMATORS:
-        raise KeyError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
-    return ESTIMATORS[name](policy, batch, tuple(key), **options)
+    """Run estimator ``name`` with its options (the rest at their defaults); ``key`` = (seed, step,
+    iteration) keys the masks. Options are checked against the estimator's own option class."""
+    spec = get_estimator(name)
+    checked = build(spec.options, options, where=f"estimator[{name}]")
+    return spec.function(policy, batch, tuple(key), **asdict(checked))
 
 
 def sequence_logprob(est: Estimate) -> torch.Tensor:

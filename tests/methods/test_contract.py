@@ -1,9 +1,10 @@
 """The contract every registered method honours (the evosax pattern): a new method is covered
 automatically. Each takes a step on the tiny model, reports consumption, changes its trainable
 parameters, keeps its statistics finite, and round-trips its state so that a resumed run continues
-exactly as an uninterrupted one."""
+exactly as an uninterrupted one. Every method reports the common statistics with one meaning."""
 import copy
 import math
+import statistics
 
 import pytest
 import torch
@@ -11,7 +12,8 @@ import torch
 import methods
 from arena.model.tiny import build_policy
 from conftest import SMALL, share_of_ones, sharpen
-from methods.base import ConfigError, make_method
+from arena.config import ConfigError
+from methods.base import COMMON_STATS, make_method
 
 # Small budgets so that one step takes a second or two on CPU; everything else is the default.
 SMOKE = {
@@ -56,6 +58,30 @@ def test_step_consumes_changes_and_round_trips(method_name):
     twin.step(prompts_for(twin_policy), share_of_ones, step=1)
     for (name, a), (_, b) in zip(policy.model.named_parameters(), twin_policy.model.named_parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=f"{method_name}: {name} diverged after resume")
+
+
+def test_step_reports_the_common_statistics(method_name):
+    """Recomputed from outside: the rewards the method asked for, and the trainable parameters moved."""
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    method = make_method(method_name, policy, SMOKE.get(method_name), seed=0)
+    asked = []
+
+    def recorded(index, text):
+        asked.append(share_of_ones(index, text))
+        return asked[-1]
+
+    before = trainable_snapshot(policy)
+    result = method.step(prompts_for(policy), recorded, step=0)
+    after = trainable_snapshot(policy)
+    stats, used = result.stats, result.consumption
+    assert set(COMMON_STATS) <= set(stats) and all(math.isfinite(stats[k]) for k in COMMON_STATS), stats
+    assert (stats["samples"], stats["tokens"], stats["forward_tokens"]) == (used.samples, used.tokens,
+                                                                            used.forward_tokens)
+    assert used.samples == len(asked)  # ES: every member x prompt, not one fitness per member
+    assert stats["reward_mean"] == pytest.approx(statistics.fmean(asked), rel=1e-12, abs=1e-12)
+    assert stats["reward_std"] == pytest.approx(statistics.stdev(asked), rel=1e-9, abs=1e-12)
+    moved = math.sqrt(sum(float((after[n].float() - before[n].float()).double().square().sum()) for n in after))
+    assert moved > 0 and stats["update_norm"] == pytest.approx(moved, rel=1e-6)
 
 
 def test_lora_moves_only_the_adapter(method_name):

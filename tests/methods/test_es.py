@@ -14,7 +14,8 @@ from arena.rng import numpy_generator, torch_generator
 from arena.model.sampler import SamplerConfig, generate
 from arena.model.tiny import build_policy
 from conftest import SMALL, share_of_ones, sharpen
-from methods.base import ConfigError, make_method
+from arena.config import ConfigError
+from methods.base import make_method
 from methods.es import SHAPING, centered_rank
 
 FAST = {"population": 4, "prompts_per_member": 2, "max_new_tokens": 8, "sigma": 0.05}

@@ -1,5 +1,5 @@
 """The GRPO family: learning on a toy reward, mask keying across inner iterations, the μ=1 identity,
-and two gloo processes computing what one process computes."""
+the frozen reference scored through a view, and two gloo processes computing what one computes."""
 import datetime
 
 import torch
@@ -10,7 +10,7 @@ from arena.model.sampler import SamplerConfig, generate
 from arena.model.tiny import build_policy
 from conftest import SMALL, digit_share, sharpen
 from methods import likelihood
-from methods.base import make_method
+from methods.base import COMMON_STATS, make_method
 from methods.grpo import GRPOConfig, clipped_objective
 
 ARMS = {
@@ -73,12 +73,12 @@ def test_mu_one_ratio_is_one_and_gradient_is_the_policy_gradient():
     advantages = torch.tensor([1.5, -0.5, 0.25, -1.25])
     params = [p for p in policy.model.parameters()]
 
-    est = likelihood.estimate("block_elbo", policy, batch, (0, 0, 0), draws=2)
+    est = likelihood.estimate("elbo", policy, batch, (0, 0, 0), draws=2)
     terms, ratio, _ = clipped_objective(est.logp, est.logp.detach(), None, advantages, est.units, GRPOConfig())
     assert torch.equal(ratio[est.units], torch.ones_like(ratio[est.units]))
     clipped_grads = torch.autograd.grad(terms.sum(), params, allow_unused=True)
 
-    est = likelihood.estimate("block_elbo", policy, batch, (0, 0, 0), draws=2)
+    est = likelihood.estimate("elbo", policy, batch, (0, 0, 0), draws=2)
     plain = -(advantages[:, None] * est.logp * est.units).sum()  # -A ∇ℓ̂, written independently
     plain_grads = torch.autograd.grad(plain, params, allow_unused=True)
     for a, b in zip(clipped_grads, plain_grads):
@@ -86,6 +86,24 @@ def test_mu_one_ratio_is_one_and_gradient_is_the_policy_gradient():
             assert b is None
         else:
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_full_fine_tuning_scores_its_frozen_reference_without_swapping_the_policy_model(monkeypatch):
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    method = make_method("block_grpo", policy, {**FAST, "beta": 0.05, "inner_iterations": 2}, seed=0)
+    trained, scored = policy.model, []
+    original = likelihood.estimate
+
+    def recording(name, scorer, batch, key, **options):
+        assert policy.model is trained, "the shared policy's model was swapped"
+        scored.append(scorer.model)
+        return original(name, scorer, batch, key, **options)
+
+    monkeypatch.setattr(likelihood, "estimate", recording)
+    stats = method.step([policy.encode(p) for p in PROMPTS], digit_share, 0).stats
+    assert policy.model is trained and trained is not method.reference
+    assert any(m is method.reference for m in scored) and any(m is trained for m in scored)
+    assert stats["kl"] > 0  # iteration 1 scores the moved policy against the frozen copy
 
 
 def test_step_statistics_have_consistent_names():
@@ -97,11 +115,12 @@ def test_step_statistics_have_consistent_names():
         assert stats["ratio_mean"] == 1.0 and stats["clip_frac"] == 0.0  # μ = 1: θ_old = θ
         names = names or set(stats)
         assert set(stats) == names
-    assert {"reward_mean", "reward_std", "frac_zero_std_groups", "clip_frac", "kl", "ratio_mean", "ratio_max",
-            "estimator_std", "completion_length", "tokens", "step_seconds"} <= names
+    assert {"loss", "frac_zero_std_groups", "clip_frac", "kl", "ratio_mean", "ratio_max", "estimator_std",
+            "grad_norm", "completion_length", *COMMON_STATS} <= names
 
 
 def _replica(rank: int, world: int, directory: str) -> None:
+    torch.set_num_threads(1)  # the same CPU kernels in both runs, whatever the machine; no oversubscription
     dist.init_process_group("gloo", init_method=f"file://{directory}/grpo-store-{world}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
     try:
@@ -112,8 +131,7 @@ def _replica(rank: int, world: int, directory: str) -> None:
             result = method.step([policy.encode(p) for p in PROMPTS], digit_share, step)
         if rank == 0:
             torch.save({"params": {n: p.detach() for n, p in policy.model.named_parameters()},
-                        "consumption": result.consumption, "reward_mean": result.stats["reward_mean"],
-                        "reward_std": result.stats["reward_std"]}, f"{directory}/grpo-{world}.pt")
+                        "consumption": result.consumption, "stats": result.stats}, f"{directory}/grpo-{world}.pt")
     finally:
         dist.barrier()  # tear down together: a rank leaving early aborts gloo in the other ("terminate called")
         dist.destroy_process_group()
@@ -132,7 +150,10 @@ def test_two_gloo_processes_match_one(tmp_path):
     # statistics and budget are global, not per rank (forward tokens include each rank's own padding)
     a, b = one["consumption"], two["consumption"]
     assert (a.samples, a.tokens) == (b.samples, b.tokens) and abs(a.forward_tokens / b.forward_tokens - 1) < 0.25
-    assert abs(one["reward_mean"] - two["reward_mean"]) < 1e-6 and abs(one["reward_std"] - two["reward_std"]) < 1e-6
+    for name in ("reward_mean", "reward_std"):
+        assert abs(one["stats"][name] - two["stats"][name]) < 1e-6, name
+    # the global norm of the replicated update, counted once (not once per replica: that is √2 larger)
+    assert abs(two["stats"]["update_norm"] / one["stats"]["update_norm"] - 1) < 1e-2
     one, two = one["params"], two["params"]
     start = dict(sharpen(build_policy(SMALL), std=0.1).model.named_parameters())
     differences = torch.cat([(one[n] - two[n]).abs().flatten() for n in one])

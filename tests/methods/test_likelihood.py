@@ -47,7 +47,7 @@ def test_block_size_one_equals_ar(tiny_policy):
     batch = batch_for(policy)
     with torch.no_grad():
         exact = sequence_logprob(estimate("ar", policy, batch, (0, 0, 0)))
-        for name in ("block_masked", "block_elbo", "block_gauss_legendre"):
+        for name in ("masked", "elbo", "gauss_legendre"):
             got = sequence_logprob(estimate(name, policy, batch, (0, 0, 0)))
             torch.testing.assert_close(got, exact, rtol=0, atol=1e-5)
 
@@ -81,7 +81,7 @@ def test_d1_masks_whole_completion_and_prompt_at_rate(tiny_policy):
 def test_block_masked_equals_per_block_oracle(tiny_policy):
     """Property 2: the packed single forward equals each block scored on its own."""
     with torch.no_grad():
-        got = estimate("block_masked", tiny_policy, batch_for(tiny_policy), (0, 0, 0)).logp[0, 1:]
+        got = estimate("masked", tiny_policy, batch_for(tiny_policy), (0, 0, 0)).logp[0, 1:]
     for value, block in zip(got.tolist(), oracle_blocks(tiny_policy)):
         assert value == pytest.approx(block.first + sum(block.cond[frozenset()].values()), abs=1e-4)
 
@@ -93,7 +93,7 @@ def test_first_token_term_is_the_samplers_log_softmax(tiny_policy):
     out = generate(tiny_policy, prompts, SamplerConfig(max_new_tokens=9, temperature=temperature), seed=4)
     batch = ScoringBatch.build(prompts, out.tokens, tiny_policy.pad_id, 4, temperature)
     with torch.no_grad():
-        first = estimate("block_elbo", tiny_policy, batch, (0, 0, 0)).first_token_logp
+        first = estimate("elbo", tiny_policy, batch, (0, 0, 0)).first_token_logp
     checked = 0
     for row, (prompt, probs) in enumerate(zip(prompts, out.probs)):
         for index, prob in enumerate(probs):
@@ -109,7 +109,7 @@ def test_first_token_term_is_the_samplers_log_softmax(tiny_policy):
 ])
 def test_monte_carlo_elbo_is_unbiased(tiny_policy, options):
     """Property 4a: E[MC ELBO] = analytic ELBO (z-test over 1000 independent keys)."""
-    samples = repeated(tiny_policy, "block_elbo", {"draws": 2, **options}, 1000)
+    samples = repeated(tiny_policy, "elbo", {"draws": 2, **options}, 1000)
     target = np.array([block.elbo for block in oracle_blocks(tiny_policy)])
     assert np.all(np.abs(z_scores(samples, target)) < Z_LIMIT), (samples.mean(0), target)
 
@@ -157,7 +157,7 @@ def test_gauss_legendre_quadrature_of_the_exact_integrand(tiny_policy):
 
 def test_gauss_legendre_estimator_is_unbiased_at_enough_nodes(tiny_policy):
     """Property 5b: one mask per node, n = ceil(m/2) = 2 nodes: unbiased for the analytic ELBO."""
-    samples = repeated(tiny_policy, "block_gauss_legendre", {"nodes": 2}, 1000)
+    samples = repeated(tiny_policy, "gauss_legendre", {"nodes": 2}, 1000)
     target = np.array([block.elbo for block in oracle_blocks(tiny_policy)])
     assert np.all(np.abs(z_scores(samples, target)) < Z_LIMIT), (samples.mean(0), target)
 
@@ -165,7 +165,7 @@ def test_gauss_legendre_estimator_is_unbiased_at_enough_nodes(tiny_policy):
 def test_masks_are_keyed(tiny_policy):
     """Property 6: masks differ across inner iterations, samples and draws; same key, same masks."""
     batch = ScoringBatch.build([PROMPT] * 2, [COMPLETION] * 2, tiny_policy.pad_id, 4, sample_ids=[0, 1])
-    for name, options in (("block_elbo", {"draws": 2}), ("block_gauss_legendre", {"nodes": 2}), ("d1", {})):
+    for name, options in (("elbo", {"draws": 2}), ("gauss_legendre", {"nodes": 2}), ("d1", {})):
         with torch.no_grad():
             first = estimate(name, tiny_policy, batch, (1, 2, 0), **options).masks
             again = estimate(name, tiny_policy, batch, (1, 2, 0), **options).masks
