@@ -1,13 +1,51 @@
-"""The ``arena`` command line. User mistakes print one clear line and exit 2, without a traceback."""
+"""The ``arena`` command line: each command parses its arguments, calls the floors below and prints.
+
+Building the parser imports nothing heavy (no torch, transformers, numpy or ``methods``), so ``--help``
+and argument errors answer at once; a command imports what it needs when it runs. Out-of-range
+arguments are rejected by the ``type=`` validators below, so argparse names the argument and exits 2;
+mistakes found later raise ``UserError``: one line, exit 2, no traceback.
+"""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+
+from arena import __version__
+
+DESCRIPTION = ("arena: compare RL optimizers of block-diffusion language models on the same rewards, prompts "
+               "and compute budget.")
 
 
 class UserError(Exception):
     """A mistake in the command line or its inputs; printed without a traceback."""
+
+
+# ---------------------------------------------------------------------------------------------
+# argument types: argparse prints "argument --NAME: expected ..., got ..." and exits 2
+
+
+def _checked(convert, accept, expected: str):
+    """An argparse ``type=``: ``convert`` the text, keep the value if ``accept`` holds, else say what was expected."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+            if accept(value):
+                return value
+        except ValueError:
+            pass
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+
+    return parse
+
+
+positive_int = _checked(int, lambda v: v >= 1, "a positive integer")
+non_negative_int = _checked(int, lambda v: v >= 0, "a non-negative integer")
+non_negative_float = _checked(float, lambda v: 0 <= v < math.inf, "a non-negative number")  # nan fails too
+probability = _checked(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+positive_int_list = _checked(lambda text: [int(part) for part in text.split(",")], lambda v: all(k >= 1 for k in v),
+                             "positive integers separated by commas")
 
 
 def cmd_pretrain(args) -> None:
@@ -52,42 +90,250 @@ def cmd_sample(args) -> None:
         print(f"[{i}] {args.prompt}{text}")
 
 
+def cmd_estimators(args) -> None:
+    from arena import report
+    from arena.estimators import measure
+    from arena.model import load_policy
+    from rewards import get_task
+
+    policy = load_policy(args.model)
+    task = get_task("arithmetic")
+    examples = task.examples("heldout", n=args.prompts, seed=args.seed)
+    prompts = [policy.encode(task.prompt(e, policy.tokenizer)) for e in examples]
+    measured = measure(policy, prompts, args.draws, args.nodes, args.repeats, args.max_new_tokens, args.seed)
+    paths = report.write_estimators(measured, args.out)
+    print(paths["md"].read_text())
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+def _study(args):
+    from arena.study import load_study
+
+    return load_study(args.study, args.profile)
+
+
+def _only(text: str) -> dict[str, str]:
+    """``arm=NAME,seed=N`` -> {"arm": NAME, "seed": N}."""
+    pairs = [part.split("=", 1) for part in text.split(",") if part]
+    if not pairs or any(len(p) != 2 or p[0] not in ("arm", "seed") for p in pairs):
+        raise argparse.ArgumentTypeError(f"expected arm=NAME,seed=N (either may be left out), got {text!r}")
+    only = dict(pairs)
+    if "seed" in only and not only["seed"].isdigit():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer seed, got {only['seed']!r}")
+    return only
+
+
+def cmd_validate(args) -> None:
+    study = _study(args)
+    runs = study.runs()
+    print(f"{args.study}: valid; {len(study.arms)} arms x {len(study.seeds)} seeds = {len(runs)} runs, "
+          f"reference arm {study.reference!r}" + (f", profile {study.profile}" if study.profile else ""))
+
+
+def cmd_run(args) -> None:
+    from arena import scheduler
+
+    study = _study(args)
+    runs = scheduler.select(study.runs(), args.only or {})
+    if not runs:
+        raise UserError(f"--only {args.only}: no run of {args.study} matches")
+    if args.dry_run:
+        print(scheduler.plan(study, runs))
+        return
+    placement = scheduler.Placement(jobs=args.jobs, devices=tuple(args.devices.split(",")) if args.devices else ())
+    outcomes = scheduler.run_study(study, runs, placement, args.tracking_uri, args.workdir, args.force)
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        raise UserError(f"{len(failed)} of {len(outcomes)} runs failed; rerun the same command to resume them once "
+                        "fixed:\n" + "\n".join(f"  {o.arm} seed {o.seed}: {o.error}" for o in failed))
+
+
+def cmd_ui(args) -> None:
+    import os
+
+    from arena.tracking import resolve_uri
+
+    study_uri = _study(args).tracking.uri if args.study else None
+    uri = resolve_uri(args.tracking_uri, study_uri)
+    if not uri.startswith("sqlite:") and not uri.startswith("file:") and "://" in uri:
+        raise UserError(f"{uri} is a tracking server: open it in a browser")
+    print(f"MLflow UI on http://127.0.0.1:{args.port} for {uri} (Ctrl-C stops it)")
+    os.execvp(sys.executable, [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--port",
+                               str(args.port), "--host", "127.0.0.1"])
+
+
+# ---------------------------------------------------------------------------------------------
+# the parser: one add_<command> function per command, each with a description and an example
+
+
+def _command(commands, name: str, summary: str, description: str, example: str, run) -> argparse.ArgumentParser:
+    parser = commands.add_parser(name, help=summary, description=description, epilog=f"example:\n  {example}",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _add_model(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="tiny", metavar="tiny|PATH|HUB_ID",
+                        help="'tiny' (the embedded model), a Fast-dLLM v2 checkpoint directory, or a hub id "
+                             "(default: tiny)")
+
+
+def add_pretrain(commands) -> None:
+    parser = _command(
+        commands, "pretrain", "rebuild the embedded tiny model and compare it with the shipped one",
+        "Train the embedded tiny model from scratch on its pretraining task (noisy-teacher\n"
+        "arithmetic), save it, and compare its held-out exact match per difficulty level with\n"
+        "the shipped checkpoint's (within 3 binomial standard errors, when both come from the\n"
+        "same recipe).",
+        "arena pretrain --out /tmp/tiny", cmd_pretrain)
+    parser.add_argument("--steps", type=positive_int, default=None, metavar="N",
+                        help="training steps (default: the tiny model's recipe)")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="where to save the checkpoint (default: tiny-<recipe digest> under $ARENA_CACHE, "
+                             "else ~/.cache/arena)")
+    parser.add_argument("--quiet", action="store_true", help="hide the progress bar (default: shown)")
+
+
+def add_sample(commands) -> None:
+    parser = _command(
+        commands, "sample", "print completions of a prompt",
+        "Complete a prompt with the block-diffusion sampler and print the completions, numbered.\n"
+        "The prompt goes through the checkpoint's chat template unless --raw; the same --seed\n"
+        "gives the same completions.",
+        "arena sample --prompt '12+7=' --n 4 --temperature 1 --seed 3", cmd_sample)
+    _add_model(parser)
+    parser.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt to complete (required)")
+    parser.add_argument("--n", type=positive_int, default=1, metavar="N",
+                        help="completions to print (default: %(default)s)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S",
+                        help="keys the sampling randomness (default: %(default)s)")
+    parser.add_argument("--temperature", type=non_negative_float, default=0.0, metavar="T",
+                        help="sampling temperature; 0 takes the most likely token (default: %(default)s)")
+    parser.add_argument("--top-p", type=probability, default=1.0, metavar="P",
+                        help="nucleus sampling: keep the most likely tokens up to this probability mass, in (0, 1] "
+                             "(default: %(default)s, no truncation)")
+    parser.add_argument("--threshold", type=probability, default=1.0, metavar="C",
+                        help="confidence threshold in (0, 1]: each step unmasks every token drawn with a higher "
+                             "probability, and at least one (default: %(default)s, one token a step)")
+    parser.add_argument("--order", choices=("confidence", "random"), default="confidence",
+                        help="which masked position to unmask next: the most confident, or uniformly at random "
+                             "(default: %(default)s)")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=32, metavar="N",
+                        help="new tokens; generation ends with the block that reaches them (default: %(default)s)")
+    parser.add_argument("--raw", action="store_true",
+                        help="pass the prompt as is, without the chat template (default: templated)")
+
+
+def add_estimators(commands) -> None:
+    parser = _command(
+        commands, "estimators", "bias, spread and cost of every likelihood estimator",
+        "Sample completions of held-out arithmetic prompts (temperature 1, random unmasking\n"
+        "order), score each with every likelihood estimator and setting (ar, d1, block masked,\n"
+        "Monte Carlo ELBO, Gauss-Legendre) under --repeats independent mask keys, and compare\n"
+        "with a reference ELBO: analytic for blocks of at most 8 tokens, else Monte Carlo.\n"
+        "Prints the table and writes estimators.json, estimators.md and estimators.png into --out.",
+        "arena estimators --prompts 8 --draws 1,4 --nodes 2 --out /tmp/estimators", cmd_estimators)
+    _add_model(parser)
+    parser.add_argument("--prompts", type=positive_int, default=32, metavar="N",
+                        help="held-out arithmetic prompts, one completion each (default: %(default)s)")
+    parser.add_argument("--draws", type=positive_int_list, default=[1, 2, 4, 8], metavar="K,K,...",
+                        help="Monte Carlo ELBO draws per block; antithetic forms use the even ones (default: 1,2,4,8)")
+    parser.add_argument("--nodes", type=positive_int_list, default=[1, 2, 3, 4], metavar="N,N,...",
+                        help="Gauss-Legendre nodes per block (default: 1,2,3,4)")
+    parser.add_argument("--repeats", type=positive_int, default=16, metavar="R",
+                        help="independent mask keys per setting (default: %(default)s)")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=16, metavar="N",
+                        help="new tokens; generation ends with the block that reaches them (default: %(default)s)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S",
+                        help="keys the prompts, the samples and the masks (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=Path("reports/estimators"), metavar="DIR",
+                        help="folder for the report files (default: %(default)s)")
+
+
+def _add_study(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("study", type=Path, nargs=None if required else "?", metavar="STUDY",
+                        help="a study file (YAML), e.g. studies/es_vs_blockgrpo.yaml "
+                             + ("(required)" if required else "(default: none; the tracking options decide)"))
+    parser.add_argument("--profile", default=None, metavar="NAME",
+                        help="run at another scale: fast-dllm-v2-1.5b or fast-dllm-v2-7b (default: the embedded tiny "
+                             "model)")
+
+
+def _add_tracking(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tracking-uri", default=None, metavar="URI",
+                        help="MLflow tracking store or server (default: $MLFLOW_TRACKING_URI, else the study's "
+                             "tracking.uri, else sqlite:///mlflow.db in the working directory)")
+
+
+def add_validate(commands) -> None:
+    parser = _command(
+        commands, "validate", "check a study file and report every mistake at once",
+        "Read a study, check every section, every arm's method options (by the method's own\n"
+        "validator) and the one-variable-at-a-time rule, and print every problem with its\n"
+        "YAML path and line. Exit 2 if there is any.",
+        "arena validate studies/es_vs_blockgrpo.yaml", cmd_validate)
+    _add_study(parser)
+
+
+def add_run(commands) -> None:
+    parser = _command(
+        commands, "run", "run a study: every arm x seed, evaluated at equal budget points, logged to MLflow",
+        "Run every (arm, seed) of a study until it has used its budget, evaluating the tail\n"
+        "reward at the same budget points for every arm, and log everything to MLflow. A rerun\n"
+        "skips finished runs and resumes interrupted ones from their last evaluation point.\n"
+        "Ends with a summary per arm: tail gain and mean-reward gain with 95% intervals over seeds.",
+        "arena run studies/es_vs_blockgrpo.yaml --jobs 2", cmd_run)
+    _add_study(parser)
+    _add_tracking(parser)
+    parser.add_argument("--jobs", type=positive_int, default=1, metavar="N",
+                        help="runs in parallel on CPU, the cores split between them (default: %(default)s)")
+    parser.add_argument("--devices", default=None, metavar="cuda:0,cuda:1",
+                        help="one run at a time on each of these devices (default: none; the model's default device)")
+    parser.add_argument("--only", type=_only, default=None, metavar="arm=NAME,seed=N",
+                        help="run only the matching runs, e.g. one per job of a SLURM array (default: all)")
+    parser.add_argument("--workdir", type=Path, default=Path(".arena"), metavar="DIR",
+                        help="checkpoints and caches (default: %(default)s)")
+    parser.add_argument("--force", action="store_true", help="rerun finished runs from the start (default: skip them)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the runs, budget and evaluation schedule without loading a model (default: run)")
+
+
+def add_ui(commands) -> None:
+    parser = _command(
+        commands, "ui", "open the MLflow UI on a study's tracking store",
+        "Start the MLflow UI on the store that 'arena run' writes to.",
+        "arena ui studies/es_vs_blockgrpo.yaml", cmd_ui)
+    _add_study(parser, required=False)
+    _add_tracking(parser)
+    parser.add_argument("--port", type=positive_int, default=5000, metavar="PORT",
+                        help="port on 127.0.0.1 (default: %(default)s)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="arena", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    pretrain = commands.add_parser("pretrain", help="rebuild the embedded tiny model and compare it with the shipped one")
-    pretrain.add_argument("--steps", type=int, default=None, help="training steps (default: the tiny config's)")
-    pretrain.add_argument("--out", type=Path, default=None, help="output directory (default: the cache, $ARENA_CACHE)")
-    pretrain.add_argument("--quiet", action="store_true", help="no progress bar")
-    pretrain.set_defaults(run=cmd_pretrain)
-
-    sample = commands.add_parser("sample", help="print completions of a prompt")
-    sample.add_argument("--model", default="tiny", help="'tiny', a checkpoint directory, or a hub id")
-    sample.add_argument("--prompt", required=True)
-    sample.add_argument("--n", type=int, default=1)
-    sample.add_argument("--seed", type=int, default=0)
-    sample.add_argument("--temperature", type=float, default=0.0)
-    sample.add_argument("--top-p", type=float, default=1.0)
-    sample.add_argument("--threshold", type=float, default=1.0, help="confidence threshold (1 = one token a step)")
-    sample.add_argument("--order", choices=("confidence", "random"), default="confidence")
-    sample.add_argument("--max-new-tokens", type=int, default=32)
-    sample.add_argument("--raw", action="store_true", help="do not wrap the prompt in the tokenizer's chat template")
-    sample.set_defaults(run=cmd_sample)
-
-    from arena.estimators import add_command as add_estimators
-    add_estimators(commands)
+    parser = argparse.ArgumentParser(prog="arena", description=DESCRIPTION,
+                                     epilog="Run 'arena COMMAND --help' for a command's options and an example.")
+    parser.add_argument("--version", action="version", version=f"arena {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    for add in (add_run, add_validate, add_ui, add_pretrain, add_sample, add_estimators):
+        add(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from arena.model.policy import CheckpointError
+    from arena.config import ConfigError
+    from arena.model.policy import CheckpointError  # after parsing: it imports torch
 
     try:
         args.run(args)
-    except (UserError, CheckpointError) as error:
-        print(f"arena {args.command}: error: {error}", file=sys.stderr)
+    except (UserError, CheckpointError, ConfigError) as error:
+        problems = getattr(error, "problems", ())
+        if len(problems) > 1:
+            print(f"arena {args.command}: {len(problems)} problems:", file=sys.stderr)
+            print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
+        else:
+            print(f"arena {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"arena {args.command}: interrupted", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""``arena estimators`` on a small random-init policy: records, the bias verdicts, and the files it writes.
+"""``arena estimators`` on a small random-init policy: records, the bias verdicts, and the report it writes.
 
 The bias checks are z-tests with the report's own stderr: the Monte Carlo ELBO (and Gauss-Legendre with
 n >= ceil(m/2) nodes, m <= 3 here) must lie within 5 stderr of the analytic ELBO. The keys are fixed,
@@ -9,7 +9,8 @@ import json
 import pytest
 
 from arena.cli import build_parser
-from arena.estimators import measure, write
+from arena.estimators import measure, settings
+from arena.report import write_estimators
 from methods.likelihood import ESTIMATORS
 from rewards import get_task
 
@@ -33,32 +34,44 @@ def test_records_cover_every_estimator_with_their_fields(report):
         assert FIELDS <= set(r), r
         assert r["block_size"] == 4 and r["reference"] == "analytic"
         assert r["forward_tokens"] > 0 and r["seconds"] > 0 and r["std"] >= 0
-    elbo = [r for r in report.records if r["estimator"] == "block_elbo"]
+    elbo = [r for r in report.records if r["estimator"] == "elbo"]
     assert {(r["variant"], r["draws"]) for r in elbo} == {
-        ("uniform", 1), ("uniform", 2), ("uniform antithetic", 2), ("count", 1), ("count", 2), ("count antithetic", 2)}
+        ("form=uniform", 1), ("form=uniform", 2), ("form=uniform antithetic", 2),
+        ("form=count", 1), ("form=count", 2), ("form=count antithetic", 2)}
     by_streams = {r["draws"]: r["forward_tokens"] for r in elbo}
     assert by_streams[2] > by_streams[1]  # one more noisy stream costs more
 
 
 def test_monte_carlo_elbo_is_unbiased_and_block_masked_is_not(report):
-    unbiased = [r for r in report.records if r["estimator"] == "block_elbo"]
-    unbiased += [r for r in report.records if r["estimator"] == "block_gauss_legendre" and r["variant"] == "bernoulli"
+    unbiased = [r for r in report.records if r["estimator"] == "elbo"]
+    unbiased += [r for r in report.records if r["estimator"] == "gauss_legendre" and not r["options"]["exact_count"]
                  and r["nodes"] == 2]
     for r in unbiased:
         assert abs(r["bias"]) < 5 * r["bias_stderr"], r
-    masked = next(r for r in report.records if r["estimator"] == "block_masked")
+    masked = next(r for r in report.records if r["estimator"] == "masked")
     assert masked["std"] == 0.0 and masked["bias_stderr"] == 0.0  # one deterministic pass
     assert abs(masked["bias"]) > 5 * min(r["bias_stderr"] for r in unbiased), masked
     for r in report.records:  # the analytic ELBO is a lower bound of the exact log-likelihood
         assert r["bias_exact"] - r["bias"] <= 1e-6
 
 
-def test_writes_json_markdown_and_plot(report, tmp_path):
-    paths = write(report, tmp_path / "out")
+def test_settings_follow_the_estimator_table():
+    """Every estimator, each flag both ways, each enumerated option over its values, counts from the lists."""
+    found = {(s.estimator, s.variant, s.count) for s in settings([1, 3], [2])}
+    assert found == {
+        ("ar", "", None), ("d1", "p_mask=0.15", None), ("masked", "", None),
+        ("elbo", "form=count", 1), ("elbo", "form=count", 3), ("elbo", "form=uniform", 1), ("elbo", "form=uniform", 3),
+        ("gauss_legendre", "", 2), ("gauss_legendre", "exact_count", 2),
+    }  # antithetic draws come in pairs: none with K = 1 or 3
+
+
+def test_writes_json_table_and_figure(report, tmp_path):
+    paths = write_estimators(report, tmp_path / "out")
     assert json.loads(paths["json"].read_text()) == report.records
     text = paths["md"].read_text()
-    assert text.count("\n| block_") == sum(r["estimator"].startswith("block_") for r in report.records)
-    assert "## Reading" in text and "block_masked" in text.split("## Reading")[1]
+    assert "Columns" in text and "**bias ± stderr**" in text and "reference: the analytic ELBO" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| estimator")]
+    assert [row.split(" | ")[:2] for row in rows] == [[f"| {r['estimator']}", r["variant"]] for r in report.records]
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -66,15 +79,11 @@ def test_monte_carlo_reference_when_not_enumerated(tiny_policy):
     report = measure(tiny_policy, arithmetic_prompts(tiny_policy, 2), draws=(2,), nodes=(2,), repeats=16,
                      max_new_tokens=4, exact=False, reference_draws=32, progress=False)
     assert all(r["reference"] == "monte_carlo (32 draws)" and r["bias_exact"] is None for r in report.records)
-    count = next(r for r in report.records if r["estimator"] == "block_elbo" and r["variant"] == "count")
+    count = next(r for r in report.records if r["estimator"] == "elbo" and r["variant"] == "form=count")
     assert abs(count["bias"]) < 5 * count["bias_stderr"]
 
 
 def test_command_line_options():
     args = build_parser().parse_args(["estimators", "--draws", "2,8", "--nodes", "3", "--seed", "4"])
     assert (args.draws, args.nodes, args.seed, args.model) == ([2, 8], [3], 4, "tiny")
-    assert str(args.out) == "reports/estimators"
-    for bad in (["--draws", "1,x"], ["--nodes", "0"], ["--seed", "-1"], ["--prompts", "0"]):
-        with pytest.raises(SystemExit) as exit_info:
-            build_parser().parse_args(["estimators", *bad])
-        assert exit_info.value.code == 2
+    assert str(args.out) == "reports/estimators"  # bad values: tests/test_cli.py
