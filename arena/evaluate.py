@@ -1,0 +1,134 @@
+"""The evaluation protocol (DESIGN §7): fixed held-out prompts, k samples each, common random numbers.
+
+Every arm and every evaluation point of a study decodes the same ``N`` held-out prompts with the same
+decoding settings and the same decoding seeds, keyed by (evaluation seed, prompt, sample): the
+differences between two curves are then differences between policies, not between draws. With
+r_ij the reward of sample j of prompt i:
+
+- p_i = mean_j r_ij, the per-prompt reward; ``mean_reward`` = mean_i p_i;
+- ``tail_reward`` at α (lower CVaR) = the mean of the ceil(αN) smallest p_i; ``tail_gain`` =
+  tail(now) - tail(start) of the same run;
+- ``zero_share``: the share of prompts with p_i = 0; ``pass_at_k`` (binary rewards): the mean over
+  prompts of Chen et al.'s unbiased 1 - C(k-c_i, k)/C(k, k) with n = k, i.e. "any of the k right";
+- per-level means where the task has difficulty levels;
+- the hard subset: the ceil(h N) prompts with the lowest per-prompt reward under the *starting*
+  policy in a separate decoding (its own seeds), so that the samples that pick the subset are
+  independent of those that measure it: a frozen policy shows zero hard-subset gain in expectation,
+  where selecting on the measured samples would show a regression-to-the-mean gain.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from arena.model.sampler import SamplerConfig, generate
+from arena.rng import numpy_generator, seed_of
+
+MEASURE, SELECT = 0, 1  # decoding key domains: the measuring samples, the hard-subset selection samples
+
+
+def lower_cvar(per_prompt: np.ndarray, alpha: float) -> float:
+    """Mean of the ceil(alpha N) smallest values."""
+    count = max(1, math.ceil(alpha * len(per_prompt) - 1e-9))
+    return float(np.sort(per_prompt)[:count].mean())
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are right (Chen et al. 2021): 1 - C(n-c, k)/C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+def select_hard(per_prompt: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Mask of the ceil(fraction N) lowest values; ties broken by an order keyed by ``seed``, not by index."""
+    count = max(1, math.ceil(fraction * len(per_prompt) - 1e-9))
+    tiebreak = numpy_generator(seed, SELECT).random(len(per_prompt))
+    mask = np.zeros(len(per_prompt), dtype=bool)
+    mask[np.lexsort((tiebreak, per_prompt))[:count]] = True
+    return mask
+
+
+@dataclass
+class Evaluation:
+    rewards: np.ndarray  # (N, k) reward of each sample
+    completions: list[dict]  # prompt, completion, reward: every sample
+    forward_tokens: int = 0
+
+    @property
+    def per_prompt(self) -> np.ndarray:
+        return self.rewards.mean(1)
+
+
+class Evaluator:
+    """Decodes the study's fixed held-out prompts; ``spec`` is the study's evaluation section."""
+
+    def __init__(self, task, spec, tokenizer=None):
+        self.task, self.spec = task, spec
+        self.examples = task.examples("heldout", n=spec.prompts, seed=spec.seed)
+        self.texts = [task.prompt(e, tokenizer) for e in self.examples]
+        self.levels = [e.get("difficulty") for e in self.examples]
+        lo, hi = getattr(task, "reward_range", (0.0, 1.0))
+        self.binary = (lo, hi) == (0.0, 1.0)
+
+    def decode(self, policy, domain: int = MEASURE) -> Evaluation:
+        """k samples of every prompt with decoding seeds keyed by (evaluation seed, domain, prompt, sample)."""
+        spec, k = self.spec, self.spec.samples
+        prompts = [policy.encode(text) for text in self.texts]
+        config = SamplerConfig(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature)
+        out = generate(policy, [p for p in prompts for _ in range(k)], config, seed=seed_of(spec.seed, domain),
+                       row_ids=list(range(len(prompts) * k)))
+        rewards = np.array([self._reward(row // k, text) for row, text in enumerate(out.texts)]).reshape(-1, k)
+        completions = [{"prompt": self.texts[row // k], "completion": text, "reward": float(rewards.flat[row])}
+                       for row, text in enumerate(out.texts)]
+        return Evaluation(rewards, completions, out.forward_tokens)
+
+    def _reward(self, index: int, text: str) -> float:
+        return checked_reward(self.task, self.examples[index], self.texts[index], text)
+
+    def hard_subset(self, policy) -> np.ndarray:
+        """Boolean mask of the ceil(h N) hardest prompts by a decoding independent of the measuring one.
+
+        Ties (many prompts share a per-prompt reward) are broken by a keyed random order, not by index.
+        """
+        return select_hard(self.decode(policy, SELECT).per_prompt, self.spec.hard_fraction, self.spec.seed)
+
+    def metrics(self, now: Evaluation, start: Evaluation, hard: np.ndarray) -> dict[str, float]:
+        """Every evaluation metric of ``now``, with gains against ``start`` (same prompts and seeds)."""
+        spec = self.spec
+        p, p0 = now.per_prompt, start.per_prompt
+        out = {"mean_reward": float(p.mean()), "mean_gain": float(p.mean() - p0.mean()),
+               "tail_reward": lower_cvar(p, spec.primary_alpha),
+               "tail_gain": lower_cvar(p, spec.primary_alpha) - lower_cvar(p0, spec.primary_alpha),
+               "zero_share": float((p == 0).mean()),
+               "hard_reward": float(p[hard].mean()), "hard_gain": float(p[hard].mean() - p0[hard].mean())}
+        for alpha in spec.alphas:
+            out[f"tail_reward_a{alpha:g}"] = lower_cvar(p, alpha)
+            out[f"tail_gain_a{alpha:g}"] = lower_cvar(p, alpha) - lower_cvar(p0, alpha)
+        if self.binary and np.isin(now.rewards, (0.0, 1.0)).all():
+            k = now.rewards.shape[1]
+            out[f"pass_at_{k}"] = float(np.mean([pass_at_k(k, int(c), k) for c in now.rewards.sum(1)]))
+        if any(level is not None for level in self.levels):
+            levels = np.array([-1 if level is None else level for level in self.levels])
+            for level in sorted(set(levels.tolist()) - {-1}):
+                out[f"level{level}_mean_reward"] = float(p[levels == level].mean())
+        return out
+
+
+class RewardError(RuntimeError):
+    """A reward function raised or returned a non-finite value; names the task, prompt and completion."""
+
+
+def checked_reward(task, example: dict, prompt: str, completion: str) -> float:
+    """``task.reward`` with a named error instead of an exception or a NaN deep inside a run."""
+    name = getattr(task, "name", type(task).__name__)
+    try:
+        value = float(task.reward(completion, example))
+    except Exception as error:
+        raise RewardError(f"task {name!r}: reward raised {type(error).__name__}: {error} "
+                          f"(prompt {prompt!r}, completion {completion!r})") from error
+    if not math.isfinite(value):
+        raise RewardError(f"task {name!r}: reward returned {value} (prompt {prompt!r}, completion {completion!r})")
+    return value

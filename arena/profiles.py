@@ -1,0 +1,64 @@
+"""Scale profiles: the same study file on the embedded tiny model (no profile) or on Fast-dLLM v2.
+
+A profile rewrites a study before it is validated: the model, the task, the evaluation's decoding
+length and the per-method settings that depend on the scale. Arm options are applied on top of the
+profile's method defaults, and an arm's ``at: {PROFILE: {...}}`` block on top of those, so a study
+states explicitly what each arm uses at each scale (a learning rate tuned on the tiny model means
+nothing at 7B). Nothing falls back: a profile names its model, and a missing checkpoint is an error.
+
+Method defaults follow the peers' published settings (shared/research/dllm_rl_peers.md, es_llm.md):
+d1 / diffu-GRPO at 7B-8B ran LoRA r=128, α=64, lr 3e-6, ε=0.5, β=0.04, max_grad_norm 0.2, weight
+decay 0.1, group 6, 256 tokens, temperature 0.9; ES at LLM scale (Qiu et al. 2025; es-at-scale)
+σ=1e-3, α=σ/2, population 30 (32 here: antithetic pairs), greedy members, z-score shaping.
+"""
+from __future__ import annotations
+
+import copy
+
+from arena.config import ConfigError, Problem, unknown_key
+
+_GRPO_7B = {"trainable": "lora", "lora_rank": 128, "lora_alpha": 64.0, "lr": 3e-6, "clip_eps": 0.5, "beta": 0.04,
+            "max_grad_norm": 0.2, "weight_decay": 0.1, "group_size": 6, "max_new_tokens": 256, "temperature": 0.9,
+            "micro_batch": 6, "threshold": 0.9}
+_ES_7B = {"sigma": 1e-3, "alpha": 5e-4, "population": 32, "shaping": "zscore", "temperature": 0.0,
+          "max_new_tokens": 256, "trainable": "lora", "lora_rank": 128, "lora_alpha": 64.0, "prompts_per_member": 16}
+
+
+def _profile(model: str) -> dict:
+    return {
+        "model": model,
+        "task": {"name": "gsm8k", "levels": None},
+        "train": {"prompts_per_step": 16},
+        "evaluation": {"prompts": 256, "samples": 4, "temperature": 0.9, "max_new_tokens": 256},
+        "methods": {"grpo": _GRPO_7B, "diffu_grpo": _GRPO_7B, "block_grpo": _GRPO_7B, "es": _ES_7B},
+    }
+
+
+PROFILES = {
+    "fast-dllm-v2-7b": _profile("Efficient-Large-Model/Fast_dLLM_v2_7B"),
+    "fast-dllm-v2-1.5b": _profile("Efficient-Large-Model/Fast_dLLM_v2_1.5B"),
+}
+
+
+def apply_profile(raw: dict, name: str | None) -> dict:
+    """The raw study dict as it runs under profile ``name`` (None: unchanged, minus the ``at`` blocks)."""
+    raw = copy.deepcopy(raw)
+    if name is not None and name not in PROFILES:
+        raise ConfigError([Problem("--profile", f"unknown profile {name!r}; known profiles: {', '.join(PROFILES)}")])
+    profile, problems = PROFILES.get(name, {}), []
+    if profile:
+        raw["model"] = profile["model"]
+        for section in ("task", "train", "evaluation"):
+            raw[section] = {**(raw.get(section) or {}), **profile[section]}
+    arms = raw.get("arms")
+    for arm_name, arm in (arms.items() if isinstance(arms, dict) else ()):
+        if not isinstance(arm, dict):
+            continue
+        at = arm.pop("at", None) or {}
+        problems += [Problem(f"arms.{arm_name}.at.{key}", unknown_key(key, PROFILES).message.replace("option", "profile"))
+                     for key in at if key not in PROFILES]
+        defaults = profile.get("methods", {}).get(arm.get("method"), {})
+        arm["options"] = {**defaults, **(arm.get("options") or {}), **(at.get(name) or {})}
+    if problems:
+        raise ConfigError(problems)
+    return raw

@@ -1,0 +1,209 @@
+"""Places a study's runs: in this process, in parallel processes (one per GPU, or a bounded number
+on CPU), or on a Ray cluster; then reads the results back from MLflow and summarises them per arm.
+
+Each worker process opens its own tracker on the same store and runs ``arena.runner.execute``; a run
+that fails (a reward that raised, a non-finite statistic) is reported and the others go on. Torch
+threads are split between the workers so that parallel runs do not oversubscribe the cores.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from arena.runner import Outcome, execute
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where runs go: ``devices`` (one run per device at a time) or ``jobs`` parallel CPU processes."""
+
+    jobs: int = 1
+    devices: tuple[str, ...] = ()
+
+    @property
+    def slots(self) -> int:
+        return len(self.devices) or self.jobs
+
+    def device(self, slot: int) -> str | None:
+        return self.devices[slot] if self.devices else None
+
+    def threads(self) -> int:
+        return max(1, (os.cpu_count() or 1) // self.slots)
+
+
+_slot = 0  # in a worker process: the slot (device, progress-bar row) it holds for its whole life
+
+
+def _claim_slot(slots, threads: int) -> None:
+    import torch
+
+    global _slot
+    _slot = slots.get()
+    torch.set_num_threads(threads)
+
+
+def _worker(run, study, uri: str, experiment: str, parent_id: str, workdir: str, placement: Placement,
+            force: bool, progress: bool) -> Outcome:
+    from arena.tracking import Tracker
+
+    return _guarded(run, study, Tracker(uri, experiment), parent_id, Path(workdir), placement.device(_slot), _slot,
+                    force, progress)
+
+
+def _guarded(run, study, tracker, parent_id, workdir, device, position, force, progress) -> Outcome:
+    from arena.evaluate import RewardError
+
+    try:
+        return execute(run, study, tracker, parent_id, workdir, device, position, force, progress)
+    except (RewardError, FloatingPointError, ValueError, RuntimeError) as error:
+        return Outcome(run.arm, run.seed, "", "failed", f"{type(error).__name__}: {error}")
+
+
+def run_all(study, runs, tracker, parent_id: str, workdir: Path, placement: Placement, force: bool = False,
+            progress: bool = True) -> list[Outcome]:
+    """Every run of ``runs``; in this process when there is one slot, else in a pool of processes."""
+    if placement.slots == 1:
+        return [_guarded(run, study, tracker, parent_id, workdir, placement.device(0), 0, force, progress)
+                for run in runs]
+    context = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools and locks
+    slots = context.Queue()
+    for slot in range(placement.slots):
+        slots.put(slot)
+    with concurrent.futures.ProcessPoolExecutor(placement.slots, mp_context=context, initializer=_claim_slot,
+                                                initargs=(slots, placement.threads())) as pool:
+        futures = [pool.submit(_worker, run, study, tracker.uri, tracker.experiment, parent_id, str(workdir),
+                               placement, force, progress) for run in runs]
+        return [future.result() for future in futures]
+
+
+# ---------------------------------------------------------------------------------------------
+# the printed summary, read back from MLflow (so a study run partly earlier, elsewhere, counts too)
+
+SUMMARY_KEYS = ("eval/tail_gain", "eval/mean_gain", "eval/tail_reward", "budget/seconds")
+
+
+def final_metrics(tracker, run) -> dict[str, float] | None:
+    """The last evaluation point's values of a finished run of ``run`` (its config hash), else None."""
+    found = [r for r in tracker.find_runs({"arena.study": run.study, "arena.arm": run.arm,
+                                           "arena.seed": str(run.seed), "arena.config_hash": run.config_hash})
+             if r.status == "FINISHED"]
+    if not found:
+        return None
+    values = {}
+    for key in SUMMARY_KEYS + (f"budget/{run.budget_unit}",):
+        history = tracker.history(found[0].run_id, key)
+        if history:
+            values[key] = history[-1][1]
+    return values
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval over seeds (nan with one seed)."""
+    import numpy as np
+    from scipy import stats
+
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return mean, float("nan")
+    return mean, float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values)))
+
+
+def summary_table(study, runs, tracker) -> str:
+    """Per arm: tail gain and mean-reward gain (mean ± 95% interval over seeds), budget used, wall time."""
+    by_arm: dict[str, list[dict]] = {}
+    for run in runs:
+        values = final_metrics(tracker, run)
+        if values:
+            by_arm.setdefault(run.arm, []).append(values)
+    alpha = study.evaluation.primary_alpha
+    lines = [f"{'arm':<18} {'seeds':>5} {f'tail gain (α={alpha:g})':>22} {'mean-reward gain':>22} "
+             f"{'budget used (' + study.budget.unit + ')':>26} {'train s':>8}"]
+    for arm, rows in by_arm.items():
+        tail, tail_ci = interval([r["eval/tail_gain"] for r in rows])
+        mean, mean_ci = interval([r["eval/mean_gain"] for r in rows])
+        used = sum(r.get(f"budget/{study.budget.unit}", 0.0) for r in rows) / len(rows)
+        seconds = sum(r.get("budget/seconds", 0.0) for r in rows) / len(rows)
+        lines.append(f"{arm:<18} {len(rows):>5} {tail:>+12.3f} ± {tail_ci:<7.3f} {mean:>+12.3f} ± {mean_ci:<7.3f} "
+                     f"{used:>26.0f} {seconds:>8.0f}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan (arena run --dry-run) and a whole study
+
+
+def select(runs, only: dict[str, str]) -> list:
+    """The runs matching ``--only arm=NAME,seed=N`` (either key may be left out)."""
+    return [r for r in runs if only.get("arm", r.arm) == r.arm and int(only.get("seed", r.seed)) == r.seed]
+
+
+def samples_per_step(run) -> int | None:
+    """Completions one step of the run's method generates, when its config says (GRPO family, ES)."""
+    config = run.config()
+    prompts = run.train.prompts_per_step
+    if hasattr(config, "population"):
+        return config.population * min(config.prompts_per_member or prompts, prompts)
+    if hasattr(config, "group_size"):
+        return config.group_size * prompts
+    return None
+
+
+def plan(study, runs) -> str:
+    """What ``arena run`` would do, without loading a model: runs, budget, evaluation schedule, expected samples."""
+    from arena.budget import evaluation_points
+
+    budget, evaluation = study.budget, study.evaluation
+    marks = ", ".join(f"{m:g}" for m in evaluation_points(budget.amount, evaluation.points))
+    eval_samples = evaluation.prompts * evaluation.samples
+    lines = [f"study {study.name}: {len(runs)} runs, budget {budget.amount:g} {budget.unit} per run",
+             f"evaluation at {budget.unit} = {marks}: {evaluation.prompts} held-out prompts x {evaluation.samples} "
+             f"samples ({eval_samples} completions, at most {eval_samples * evaluation.max_new_tokens} tokens, "
+             f"per point; the first point is shared by every run), tail at alpha {evaluation.primary_alpha:g}",
+             f"{'arm':<18} {'seed':>4}  {'config':<12}  {'method':<12} {'samples/step':>12} {'steps':>6} "
+             f"{'train samples':>13}  options"]
+    for run in runs:
+        per_step = samples_per_step(run)
+        steps = math.ceil(budget.amount / per_step) if per_step and budget.unit == "samples" else None
+        lines.append(f"{run.arm:<18} {run.seed:>4}  {run.config_hash:<12}  {run.method:<12} {per_step or '?':>12} "
+                     f"{steps or '?':>6} {steps * per_step if steps else '?':>13}  {run.options}")
+    return "\n".join(lines)
+
+
+def run_study(study, runs, placement: Placement, tracking_uri: str | None, workdir: Path, force: bool = False,
+              progress: bool = True) -> list[Outcome]:
+    """Every run of ``runs`` under one parent MLflow run, then the summary per arm; returns the outcomes."""
+    from arena.runner import git_commit
+    from arena.tracking import Tracker, resolve_uri
+
+    tracker = Tracker(resolve_uri(tracking_uri, study.tracking.uri), study.tracking.experiment or study.name)
+    devices = ",".join(placement.devices) or default_device()
+    print(f"arena run {study.name}: model {study.model}, profile {study.profile or 'none (embedded tiny model)'}, "
+          f"device {devices}, {placement.slots} at a time, tracking {tracker.uri} (experiment {tracker.experiment})",
+          flush=True)
+    parent_id = tracker.start_parent(f"{study.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
+                                     {"arena.study": study.name, "arena.role": "invocation",
+                                      "arena.git_commit": git_commit(), "arena.profile": study.profile or "none"})
+    started = time.time()
+    try:
+        outcomes = run_all(study, runs, tracker, parent_id, Path(workdir), placement, force, progress)
+    except BaseException:
+        tracker.finish(parent_id, "KILLED")
+        raise
+    tracker.finish(parent_id, "FAILED" if any(o.status == "failed" for o in outcomes) else "FINISHED")
+    done = {status: sum(o.status == status for o in outcomes) for status in ("finished", "skipped", "failed")}
+    print(f"\n{done['finished']} runs finished, {done['skipped']} already finished (skipped), {done['failed']} failed, "
+          f"in {time.time() - started:.0f} s\n")
+    print(summary_table(study, runs, tracker))
+    print(f"\nlook further: arena ui {study.source_path}    arena report {study.source_path}")
+    return outcomes
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else f"cpu ({os.cpu_count()} cores)"

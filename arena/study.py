@@ -1,0 +1,533 @@
+"""Study files: the schema, its validation (every mistake at once, with its YAML path and line), and runs.
+
+A study compares arms (optimizers with their options) on shared settings, one variable at a time
+(DESIGN §7). Every section but ``arms`` is optional; the values shown are the defaults (arms: an example)::
+
+    # arena run studies/es_vs_blockgrpo.yaml
+    name: es_vs_blockgrpo       # default: the file's stem; letters, digits, _ . -
+    model: tiny                 # 'tiny', a local Fast-dLLM v2 directory, or a hub id
+    task:                       # omitted, or without a name: noisy_arithmetic on levels [1, 2]
+      name: noisy_arithmetic    # a registered task, or "package.module:Name" (a class or factory giving a Task)
+      levels: null              # difficulty levels, given to the task as levels=...; null: the task's own
+      source: null              # a local file (from the working directory) or "hub", for tasks with public datasets
+    train:
+      prompts_per_step: 16      # prompts drawn from the train split per method step
+    evaluation:
+      prompts: 128              # fixed held-out prompts
+      samples: 8                # k samples per prompt
+      temperature: 1.0
+      max_new_tokens: 8
+      alphas: [0.1, 0.25, 0.5]  # lower-CVaR levels, each in (0, 1]
+      primary_alpha: 0.25       # one of alphas
+      hard_fraction: 0.25       # in (0, 1)
+      points: 5                 # evaluation points including the start (>= 2), equally spaced in budget
+      seed: 0                   # keys the held-out prompts and every evaluation decoding seed
+    budget:
+      unit: samples             # samples | tokens | forward_tokens | seconds
+      amount: 2048              # > 0, per run
+    seeds: [0, 1, 2]            # distinct non-negative integers; an integer n means [0, ..., n-1]
+    tracking:
+      uri: null                 # MLflow tracking URI (precedence is the command line's business)
+      experiment: null          # null: the study name
+    reference: null             # the arm the others are compared with; null: the first arm
+    arms:                       # required: name -> arm, in run order
+      block_grpo:
+        method: block_grpo      # a registered method, or "package.module:Name" (a class with .Config)
+        options: {lr: 1.0e-4}   # the method's Config fields; checked by the method's own validator
+      es:
+        method: es
+        overrides: {train: {prompts_per_step: 32}}  # only the train section may differ per arm
+        confounded_because: "ES ranks members on more prompts"  # lifts the one-variable rule
+
+The one-variable rule: each arm other than the reference differs from it in exactly one variable.
+A different method is one variable whatever the options; with the same method, each option whose
+resolved value differs (so writing a default out is no difference) and each differing ``train`` key
+counts. An arm differing in zero or several variables is an error unless its ``confounded_because``
+says why. Numbers like ``1e-4`` read as numbers (YAML 1.2), not as text. Errors read
+``studies/x.yaml:12: arms.grpo.options.lr: must be > 0, got -1``, all of them in one ``StudyError``.
+
+In code: ``load_study(path)`` parses and validates; ``validate(raw, source)`` validates an already parsed
+(perhaps rewritten) dict; ``Study.runs()`` gives one ``RunSpec`` per (arm, seed), each with its config hash;
+``method_class(name)`` and ``load_task(task_spec)`` resolve the names a study uses.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import math
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from arena.config import Checked, ConfigError, Problem, build, join, type_problem, unknown_key
+from arena.profiles import apply_profile
+
+NAME = re.compile(r"[A-Za-z0-9_.-]+")
+DEFAULT_TASK = {"name": "noisy_arithmetic", "levels": [1, 2]}
+
+
+class Section(Checked):
+    """A config section: YAML lists become tuples, then the ranges are checked."""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            if isinstance(getattr(self, f.name), list):
+                object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
+        super().__post_init__()
+
+
+@dataclass(frozen=True)
+class TaskSpec(Section):
+    name: str = "noisy_arithmetic"
+    levels: tuple[int, ...] | None = None
+    source: str | None = None
+
+    def problems(self):
+        if self.levels is not None and (not self.levels or not all(type(x) is int for x in self.levels)):
+            yield "levels", f"expected a non-empty list of integers (or null: the task's own), got {self.levels!r}"
+            return
+        if self.source not in (None, "hub") and not Path(self.source).expanduser().exists():
+            yield "source", f"no such file {self.source!r} (a local file, or 'hub')"
+        try:
+            load_task(self)
+        except ConfigError as error:
+            yield from ((p.path, p.message) for p in error.problems)
+
+
+@dataclass(frozen=True)
+class TrainSpec(Section):
+    prompts_per_step: int = 16
+
+    def problems(self):
+        if self.prompts_per_step < 1:
+            yield "prompts_per_step", f"must be >= 1, got {self.prompts_per_step!r}"
+
+
+@dataclass(frozen=True)
+class EvaluationSpec(Section):
+    prompts: int = 128
+    samples: int = 8
+    temperature: float = 1.0
+    max_new_tokens: int = 8
+    alphas: tuple[float, ...] = (0.1, 0.25, 0.5)
+    primary_alpha: float = 0.25
+    hard_fraction: float = 0.25
+    points: int = 5
+    seed: int = 0
+
+    def problems(self):
+        for name, low in {"prompts": 1, "samples": 1, "max_new_tokens": 1, "points": 2, "seed": 0}.items():
+            if getattr(self, name) < low:
+                yield name, f"must be >= {low}, got {getattr(self, name)!r}"
+        if not self.temperature >= 0:
+            yield "temperature", f"must be >= 0, got {self.temperature!r}"
+        if not self.alphas:
+            yield "alphas", "must list at least one level in (0, 1]"
+        for i, alpha in enumerate(self.alphas):
+            if type(alpha) not in (int, float) or not 0 < alpha <= 1:
+                yield f"alphas[{i}]", f"must be a number in (0, 1], got {alpha!r}"
+        if self.primary_alpha not in self.alphas:
+            yield "primary_alpha", f"must be one of alphas {list(self.alphas)}, got {self.primary_alpha!r}"
+        if not 0 < self.hard_fraction < 1:
+            yield "hard_fraction", f"must be in (0, 1), got {self.hard_fraction!r}"
+
+
+@dataclass(frozen=True)
+class BudgetSpec(Section):
+    unit: Literal["samples", "tokens", "forward_tokens", "seconds"] = "samples"
+    amount: float = 2048
+
+    def problems(self):
+        if not (self.amount > 0 and math.isfinite(self.amount)):
+            yield "amount", f"must be a finite number > 0, got {self.amount!r}"
+
+
+@dataclass(frozen=True)
+class TrackingSpec(Section):
+    uri: str | None = None
+    experiment: str | None = None  # None: the study name
+
+
+@dataclass(frozen=True)
+class ArmSpec(Section):
+    method: str = ""
+    options: dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)  # {"train": {...}}
+    confounded_because: str | None = None
+
+    def problems(self):
+        if not self.method:
+            yield "method", "required: a registered method or an import path 'package.module:Name'"
+        else:
+            try:
+                self.config()
+            except ConfigError as error:
+                yield from ((p.path, p.message) for p in error.problems)
+        for key, value in self.overrides.items():
+            if key == "train":
+                try:
+                    build(TrainSpec, value, where="overrides.train")
+                except ConfigError as error:
+                    yield from ((p.path, p.message) for p in error.problems)
+            elif key in SECTIONS or key in ("model", "seeds"):
+                yield f"overrides.{key}", f"only the train section may be overridden; {key} is shared by every arm"
+            else:
+                yield f"overrides.{key}", unknown_key(key, ["train"]).message
+
+    def config(self):
+        """The method's resolved config (defaults filled in); ConfigError at ``method`` or ``options.*``."""
+        return build(method_class(self.method).Config, self.options, where="options")
+
+    def train(self, shared: TrainSpec) -> TrainSpec:
+        return dataclasses.replace(shared, **self.overrides.get("train", {}))
+
+
+SECTIONS = {"task": TaskSpec, "train": TrainSpec, "evaluation": EvaluationSpec, "budget": BudgetSpec,
+            "tracking": TrackingSpec}
+
+
+@dataclass(frozen=True)
+class Study(Section):
+    name: str = "study"
+    model: str = "tiny"
+    task: TaskSpec = field(default_factory=lambda: TaskSpec(**DEFAULT_TASK))
+    train: TrainSpec = field(default_factory=TrainSpec)
+    evaluation: EvaluationSpec = field(default_factory=EvaluationSpec)
+    budget: BudgetSpec = field(default_factory=BudgetSpec)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    tracking: TrackingSpec = field(default_factory=TrackingSpec)
+    reference: str = ""  # "": the first arm
+    arms: dict[str, ArmSpec] = field(default_factory=dict)
+    source_path: str | None = None
+    profile: str = ""  # set by a profile that rewrote the study; part of every config hash
+
+    def __post_init__(self):
+        if not self.reference and self.arms:
+            object.__setattr__(self, "reference", next(iter(self.arms)))
+        if self.tracking.experiment is None:
+            object.__setattr__(self, "tracking", dataclasses.replace(self.tracking, experiment=self.name))
+        super().__post_init__()
+
+    def problems(self):
+        if not NAME.fullmatch(self.name):
+            yield "name", f"must use only letters, digits, _ . - (it names directories), got {self.name!r}"
+        if self.model.startswith(("/", "./", "../", "~")) and not Path(self.model).expanduser().is_dir():
+            yield "model", f"no such directory {self.model!r} ('tiny', a local checkpoint directory, or a hub id)"
+        if not self.seeds:
+            yield "seeds", "must list at least one seed"
+        for i, seed in enumerate(self.seeds):
+            if type(seed) is not int or seed < 0:
+                yield f"seeds[{i}]", f"must be a non-negative integer, got {seed!r}"
+        if len(set(self.seeds)) != len(self.seeds):
+            yield "seeds", f"must be distinct, got {list(self.seeds)}"
+        if not self.arms:
+            yield "arms", "must declare at least one arm: name -> {method, options}"
+        for name in self.arms:
+            if not NAME.fullmatch(name):
+                yield f"arms.{name}", "arm names must use only letters, digits, _ . -"
+        if self.arms and self.reference not in self.arms:
+            yield "reference", f"no arm named {self.reference!r}; arms: {', '.join(self.arms)}"
+            return
+        for name, arm in self.arms.items():
+            if name == self.reference or arm.confounded_because:
+                continue
+            changed = self.differences(name)
+            if len(changed) != 1:
+                said = f"in {len(changed)} variables ({', '.join(changed)})" if changed else "in nothing (identical)"
+                yield f"arms.{name}", (f"differs from the reference arm {self.reference!r} {said}; "
+                                       "change one variable per arm, or say why in confounded_because")
+
+    def differences(self, name: str) -> list[str]:
+        """The variables in which arm ``name`` differs from the reference arm."""
+        arm, base = self.arms[name], self.arms[self.reference]
+        if method_class(arm.method) is not method_class(base.method):
+            changed = ["method"]
+        else:
+            mine, theirs = dataclasses.asdict(arm.config()), dataclasses.asdict(base.config())
+            changed = [f"options.{key}" for key in mine if mine[key] != theirs[key]]
+        mine, theirs = dataclasses.asdict(arm.train(self.train)), dataclasses.asdict(base.train(self.train))
+        return changed + [f"train.{key}" for key in mine if mine[key] != theirs[key]]
+
+    def runs(self) -> list["RunSpec"]:
+        """One run per (arm, seed): arms in file order, then seeds."""
+        return [RunSpec(self.name, name, seed, arm.method, dict(arm.options), arm.train(self.train), self.model,
+                        self.task, self.evaluation, self.budget, self.profile)
+                for name, arm in self.arms.items() for seed in self.seeds]
+
+    def resolved_yaml(self) -> str:
+        """The study as it runs (method options with their defaults filled in), loadable again."""
+        arms = {name: {"method": arm.method, "options": plain(arm.config()),
+                       **({"overrides": plain(arm.overrides)} if arm.overrides else {}),
+                       **({"confounded_because": arm.confounded_because} if arm.confounded_because else {})}
+                for name, arm in self.arms.items()}
+        body = {"name": self.name, "model": self.model, **{key: plain(getattr(self, key)) for key in SECTIONS},
+                "seeds": list(self.seeds), "reference": self.reference, "arms": arms}
+        header = f"# resolved from {self.source_path or 'code'}" + (f", profile {self.profile}" if self.profile else "")
+        return header + "\n" + yaml.safe_dump(body, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One (arm, seed) of a study: everything the runner needs, and the hash that identifies it."""
+
+    study: str
+    arm: str
+    seed: int
+    method: str
+    options: dict  # as the user wrote them; build(method_class(method).Config, options) gives the config
+    train: TrainSpec  # after the arm's overrides
+    model: str
+    task: TaskSpec
+    evaluation: EvaluationSpec
+    budget: BudgetSpec
+    profile: str = ""
+    config_hash: str = field(init=False, default="")  # sha256[:12] of what defines the run (not the arm's name)
+
+    def __post_init__(self):
+        identity = {"model": self.model, "task": self.task, "train": self.train, "evaluation": self.evaluation,
+                    "budget": self.budget, "method": self.method, "config": self.config(), "seed": self.seed,
+                    "profile": self.profile}
+        object.__setattr__(self, "config_hash", digest(identity))
+
+    @property
+    def budget_unit(self) -> str:
+        return self.budget.unit
+
+    def config(self):
+        return build(method_class(self.method).Config, self.options, where=f"arms.{self.arm}.options")
+
+    def resolved(self) -> dict:
+        """A plain nested dict of the run (method options resolved), for params and artifacts."""
+        return {"study": self.study, "arm": self.arm, "seed": self.seed, "config_hash": self.config_hash,
+                "profile": self.profile, "model": self.model, "task": plain(self.task), "train": plain(self.train),
+                "evaluation": plain(self.evaluation), "budget": plain(self.budget), "method": self.method,
+                "options": plain(self.config())}
+
+
+def plain(value):
+    """Dataclasses, dicts, lists and tuples as plain dicts and lists (YAML- and JSON-safe)."""
+    if dataclasses.is_dataclass(value):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return [plain(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def digest(value) -> str:
+    """sha256[:12] of canonical JSON: sorted keys, and numbers by value (2048 and 2048.0 hash alike)."""
+    def canonical(v):
+        if isinstance(v, dict):
+            return {k: canonical(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [canonical(x) for x in v]
+        return int(v) if type(v) is float and v.is_integer() else v
+
+    text = json.dumps(canonical(plain(value)), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------------
+# names -> methods and tasks
+
+
+def _import(path: str, field_name: str):
+    module, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except Exception as error:  # ImportError, AttributeError, or whatever the module raised on import
+        raise ConfigError([Problem(field_name, f"cannot import {path!r}: {type(error).__name__}: {error}")])
+
+
+def method_class(name: str) -> type:
+    """A registered method, or a class with ``.Config`` named 'package.module:Name'."""
+    if ":" in name:
+        cls = _import(name, "method")
+        if not dataclasses.is_dataclass(getattr(cls, "Config", None)):
+            raise ConfigError([Problem("method", f"{name!r} has no Config dataclass")])
+        return cls
+    from methods import get_method
+
+    try:
+        return get_method(name)
+    except KeyError as error:
+        raise ConfigError([Problem("method", error.args[0])]) from None
+
+
+def load_task(spec: TaskSpec):
+    """The task ``spec`` names, built with its levels; ConfigError at ``name`` or ``levels`` otherwise."""
+    if ":" in spec.name:
+        factory = _import(spec.name, "name")
+    else:
+        from rewards import TASKS
+
+        if spec.name not in TASKS.factories:
+            known = ", ".join(sorted(TASKS.factories))
+            raise ConfigError([Problem("name", f"unknown task {spec.name!r}; known tasks: {known}")])
+        factory = TASKS.factories[spec.name]
+    try:
+        task = factory() if spec.levels is None else factory(levels=tuple(spec.levels))
+    except (TypeError, ValueError) as error:  # a task refusing its levels raises ValueError
+        message = f"cannot build task {spec.name!r}: {error}" if isinstance(error, TypeError) else str(error)
+        raise ConfigError([Problem("name" if spec.levels is None else "levels", message)]) from None
+    missing = [m for m in ("reward", "prompt", "examples") if not callable(getattr(task, m, None))]
+    if missing:
+        raise ConfigError([Problem("name", f"{spec.name!r} did not give a Task (missing {', '.join(missing)})")])
+    return task
+
+
+# ---------------------------------------------------------------------------------------------
+# reading a study file
+
+
+@dataclass(frozen=True)
+class Located(Problem):
+    """A problem with the file and line it was found at: ``studies/x.yaml:12: arms.grpo.lr: ...``."""
+
+    source: str = ""
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        return ": ".join(part for part in (where, self.path, self.message) if part)
+
+
+class StudyError(ConfigError):
+    """Every problem of a study file, one per line, each with its file, line and YAML path."""
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads exponents without a dot (1e-4) as numbers, as YAML 1.2 does."""
+
+
+EXPONENT = re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT, list("-+0123456789"))
+
+
+def _lines(node, path: str, lines: dict, found: list) -> None:
+    """Map each YAML path under ``node`` to its 1-based line; note duplicate keys in ``found``."""
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            child = join(path, str(key.value))
+            twice = child in lines
+            if twice:
+                found.append(Problem(child, f"duplicate key (first on line {lines[child]}); the later one would win"))
+            lines[child] = key.start_mark.line + 1
+            _lines(value, child, lines, [] if twice else found)  # not again for each key under a duplicate
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines[f"{path}[{i}]"] = item.start_mark.line + 1
+            _lines(item, f"{path}[{i}]", lines, found)
+
+
+def load_study(path, profile: str | None = None) -> Study:
+    """Read, parse and validate a study file, as it runs under ``profile`` (``arena.profiles``; None: the
+    embedded tiny model); one StudyError with every problem."""
+    source = str(path)
+    try:
+        loader = _Loader(Path(path).read_text())
+    except OSError as error:
+        raise StudyError([Located("", f"cannot read the study: {error.strerror or error}", source)]) from None
+    try:
+        node = loader.get_single_node()
+        raw = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (column {mark.column + 1})" if mark else ""
+        message = f"invalid YAML: {getattr(error, 'problem', None) or error}{where}"
+        raise StudyError([Located("", message, source, mark.line + 1 if mark else None)]) from None
+    finally:
+        loader.dispose()
+    if node is None:
+        raise StudyError([Located("", "the file is empty; a study needs at least an 'arms:' section", source)])
+    lines, found = {"": node.start_mark.line + 1}, []
+    _lines(node, "", lines, found)
+    if isinstance(raw, dict):
+        try:
+            raw = apply_profile(raw, profile)
+        except ConfigError as error:
+            raise _located(found + error.problems, source, lines) from None
+    return validate(raw, source, lines, found, profile or "")
+
+
+def validate(raw, source: str, lines: dict | None = None, found=(), profile: str = "") -> Study:
+    """The Study of a parsed study file (a profile may rewrite ``raw`` first); StudyError with every problem.
+
+    ``lines`` maps YAML paths to lines (from ``load_study``); ``found`` holds problems met while parsing.
+    """
+    problems: list[Problem] = list(found)
+    if not isinstance(raw, dict):
+        problems.append(Problem("", f"a study is a mapping of sections (model, task, ..., arms), got {raw!r}"))
+        raise _located(problems, source, lines or {})
+    known = [f.name for f in dataclasses.fields(Study) if f.name not in ("source_path", "profile")]
+    problems += [unknown_key(key, known) for key in raw if key not in known]
+    hints = typing.get_type_hints(Study)
+    values = {"name": Path(source).stem, "source_path": source, "profile": profile}
+    for key in ("name", "model", "reference"):
+        if raw.get(key) is not None:
+            reason = type_problem(raw[key], hints[key])
+            if reason:
+                problems.append(Problem(key, reason))
+            else:
+                values[key] = raw[key]
+    seeds = raw.get("seeds")
+    if type(seeds) is int and seeds >= 1:
+        values["seeds"] = tuple(range(seeds))
+    elif isinstance(seeds, list):
+        values["seeds"] = tuple(seeds)
+    elif seeds is not None:
+        problems.append(Problem("seeds", f"expected a list of non-negative integers or a count >= 1, got {seeds!r}"))
+
+    task = raw.get("task")
+    if isinstance(task, dict) and "name" not in task:
+        raw = {**raw, "task": {**DEFAULT_TASK, **task}}
+    for key, cls in SECTIONS.items():
+        if raw.get(key) is not None:
+            try:
+                values[key] = build(cls, raw[key], where=key)
+            except ConfigError as error:
+                problems += error.problems
+
+    arms, failed = {}, set()
+    if "arms" not in raw:
+        problems.append(Problem("arms", "required: a mapping of arm name -> {method, options}"))
+    elif not isinstance(raw["arms"], dict):
+        problems.append(Problem("arms", f"expected a mapping of arm name -> {{method, options}}, got {raw['arms']!r}"))
+    else:
+        for name, arm in raw["arms"].items():
+            try:
+                arms[str(name)] = build(ArmSpec, arm, where=f"arms.{name}")
+            except ConfigError as error:
+                problems += error.problems
+                failed.add(str(name))
+    reference = values.get("reference") or next(iter(map(str, raw.get("arms") or {})), "")
+    try:
+        study = Study(**values, arms=arms)
+    except ConfigError as error:  # comparisons with a broken reference arm are moot
+        moot = reference in failed
+        problems += [p for p in error.problems if not (moot and p.path.startswith(("arms", "reference")))]
+    if problems:
+        raise _located(problems, source, lines or {})
+    return study
+
+
+def _located(problems: list[Problem], source: str, lines: dict) -> StudyError:
+    """The problems (the first of each path) with their source and the line of their path's nearest ancestor."""
+    out, seen = [], set()
+    for problem in problems:
+        if problem.path not in seen:
+            seen.add(problem.path)
+            path = problem.path  # a missing key has no line, nor has its parent section
+            while path not in lines and max(path.rfind("."), path.rfind("[")) > 0:
+                path = path[: max(path.rfind("."), path.rfind("["))]
+            out.append(Located(problem.path, problem.message, source, lines.get(path)))
+    return StudyError(sorted(out, key=lambda p: p.line or math.inf))  # in file order; stable
+
+
+__all__ = ["ArmSpec", "BudgetSpec", "EvaluationSpec", "RunSpec", "Study", "StudyError", "TaskSpec", "TrackingSpec",
+           "TrainSpec", "digest", "load_study", "load_task", "method_class", "validate"]

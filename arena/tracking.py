@@ -1,0 +1,277 @@
+"""Everything arena writes to (and reads back from) MLflow; the only module of the project that imports mlflow.
+
+Where things land (DESIGN §7):
+
+- an **experiment** per study (created on first use; two processes creating it at once both succeed);
+- a **parent run** per invocation of ``arena run`` (tag ``arena.kind = invocation``);
+- a **child run** per (arm, seed), linked by the system tag ``mlflow.parentRunId``, with the ``arena.*`` tags
+  the runner passes (study, arm, seed, method, estimator, config_hash, git_commit, profile) and the arm's
+  resolved configuration as params flattened with dots (``options.lr``), values cut to 500 characters;
+- **metrics** at every evaluation point and training step, with ``step`` = budget consumed so far, so that
+  the curves of all arms align; ``log_missing`` makes resuming idempotent;
+- **artifacts** per run: ``study.yaml``, ``evaluations/<step>/completions.json`` and per-prompt rewards.
+
+The store is ``sqlite:///mlflow.db`` in the working directory by default, or any tracking URI. Every
+client call goes through ``_retry``, so that runs logged from parallel processes to one SQLite file never
+fail on "database is locked"; a brand-new SQLite file is created and migrated under a directory lock.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import posixpath
+import random
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_URI = "sqlite:///mlflow.db"  # in the working directory
+PARAM_VALUE_LIMIT = 500  # MLflow 3.x accepts 6000, older servers 500: stay portable
+TRUNCATED = "...[truncated]"
+RETRY_SECONDS = 60.0
+_LOCKED = ("database is locked", "database table is locked")
+# what opening a SQLite file can meet while a process outside arena (without _init_lock) migrates it
+_RACY_INIT = _LOCKED + ("already exists", "duplicate column", "unique constraint failed", "no such table",
+                        "no such column", "out-of-date database schema")
+
+
+def resolve_uri(explicit: str | None = None, study_uri: str | None = None) -> str:
+    """--tracking-uri > MLFLOW_TRACKING_URI > the study's tracking.uri > sqlite:///mlflow.db (made absolute
+    against the current directory, so worker processes in other directories write the same file)."""
+    uri = explicit or os.environ.get("MLFLOW_TRACKING_URI") or study_uri or DEFAULT_URI
+    return _absolute_sqlite(uri)
+
+
+def _absolute_sqlite(uri: str) -> str:
+    if not uri.startswith("sqlite:///") or uri.startswith("sqlite:////") or ":memory:" in uri:
+        return uri
+    query = uri.partition("?")[2]
+    return f"sqlite:///{_sqlite_path(uri).absolute()}" + (f"?{query}" if query else "")
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    status: str  # MLflow status: RUNNING, FINISHED, FAILED, KILLED
+    tags: dict[str, str]
+    params: dict[str, str]
+
+
+def _matches(error: BaseException | None, needles: tuple[str, ...]) -> bool:
+    """Whether ``error`` or an error it wraps (the MLflow store wraps SQLAlchemy's, which wraps sqlite3's)
+    mentions one of ``needles``."""
+    for _ in range(32):  # a bounded walk down the chain
+        if error is None:
+            return False
+        if any(needle in str(error).lower() for needle in needles):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _retry(call, *args, needles: tuple[str, ...] = _LOCKED, **kwargs):
+    """``call(*args, **kwargs)``, again after a jittered, growing pause while it fails on a locked SQLite
+    database (or, with ``needles``, another passing condition); re-raised after ``RETRY_SECONDS``."""
+    rng = random.Random(os.getpid() ^ time.time_ns())  # no global RNG state
+    deadline, attempt = time.monotonic() + RETRY_SECONDS, 0
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception as error:
+            pause = min(2.0, 0.05 * 2 ** attempt) * (0.5 + rng.random())
+            if not _matches(error, needles) or time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)
+            attempt += 1
+
+
+@contextlib.contextmanager
+def _init_lock(uri: str):
+    """An exclusive flock on the directory of a SQLite store (no lock file left behind), so that one process
+    at a time creates and migrates the file: concurrent migrations leave it broken, which no retry repairs."""
+    descriptor = None
+    if uri.startswith("sqlite:///") and ":memory:" not in uri:
+        with contextlib.suppress(ImportError, OSError):
+            import fcntl
+
+            directory = _sqlite_path(uri).parent
+            directory.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(directory, os.O_RDONLY)
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        if descriptor is not None:
+            os.close(descriptor)  # releases the lock
+
+
+def _sqlite_path(uri: str) -> Path:
+    return Path(uri.removeprefix("sqlite:///").partition("?")[0])
+
+
+def _quiet_migrations() -> None:
+    """Alembic announces each schema migration of a new SQLite file at INFO; warnings and errors still show."""
+    for name in ("alembic", "alembic.runtime.migration", "mlflow.store.db.utils"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, str]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            text = json.dumps(value, default=str) if isinstance(value, (list, tuple, dict)) else str(value)
+            if len(text) > PARAM_VALUE_LIMIT:
+                text = text[:PARAM_VALUE_LIMIT - len(TRUNCATED)] + TRUNCATED
+            flat[f"{prefix}{key}"] = text
+    return flat
+
+
+def _plain(value):
+    """numpy scalars and arrays as Python numbers and lists, anything else as its text (for JSON)."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def _chunks(items: list, size: int):
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+class Tracker:
+    """One experiment of one tracking store, written through explicit run ids (no fluent active run)."""
+
+    def __init__(self, uri: str, experiment: str):
+        from mlflow.tracking import MlflowClient
+
+        _quiet_migrations()
+        self.uri, self.experiment = uri, experiment
+        with _init_lock(uri):
+            self.client = _retry(MlflowClient, uri, needles=_RACY_INIT)
+            self.experiment_id = _retry(self._experiment_id, needles=_RACY_INIT)
+
+    def __reduce__(self):  # a tracker travels to worker processes as (uri, experiment)
+        return Tracker, (self.uri, self.experiment)
+
+    def _experiment_id(self) -> str:
+        from mlflow.exceptions import MlflowException
+
+        found = self.client.get_experiment_by_name(self.experiment)
+        if found is not None:
+            return found.experiment_id
+        location = None
+        if self.uri.startswith("sqlite:///") and ":memory:" not in self.uri:  # beside the file, not in the cwd
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.experiment)
+            location = (_sqlite_path(self.uri).parent / "mlartifacts" / safe).absolute().as_uri()
+        try:
+            return self.client.create_experiment(self.experiment, artifact_location=location)
+        except MlflowException as error:  # another process created it in between
+            found = self.client.get_experiment_by_name(self.experiment)
+            if found is None:
+                raise error
+            return found.experiment_id
+
+    def start_parent(self, name: str, tags: dict[str, str]) -> str:
+        """The parent run of one invocation of ``arena run``."""
+        tags = {**{k: str(v) for k, v in tags.items()}, "arena.kind": "invocation"}
+        return _retry(self.client.create_run, self.experiment_id, tags=tags, run_name=name).info.run_id
+
+    def start_run(self, name: str, parent_id: str | None, tags: dict[str, str], params: dict) -> str:
+        """A child run per (arm, seed), its ``params`` flattened with dots and logged 100 per batch."""
+        from mlflow.entities import Param
+
+        tags = {k: str(v) for k, v in tags.items()}
+        if parent_id:
+            tags["mlflow.parentRunId"] = parent_id
+        run_id = _retry(self.client.create_run, self.experiment_id, tags=tags, run_name=name).info.run_id
+        for chunk in _chunks([Param(k, v) for k, v in _flatten(params).items()], 100):
+            _retry(self.client.log_batch, run_id, params=chunk)
+        return run_id
+
+    def find_runs(self, tags: dict[str, str]) -> list[RunRecord]:
+        """Active runs of this experiment whose tags all match, newest first."""
+        tags = {k: str(v) for k, v in tags.items()}
+        quotable = {k: v for k, v in tags.items() if "'" not in v and "`" not in k}
+        query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in quotable.items())
+        found, token = [], None
+        while True:
+            page = _retry(self.client.search_runs, [self.experiment_id], filter_string=query, max_results=1000,
+                          order_by=["attributes.start_time DESC"], page_token=token)
+            found += [RunRecord(r.info.run_id, r.info.status, dict(r.data.tags), dict(r.data.params))
+                      for r in page if all(r.data.tags.get(k) == v for k, v in tags.items())]
+            token = page.token
+            if not token:
+                return found
+
+    def runs_of_study(self, study: str) -> list[RunRecord]:
+        """Every child run (arm, seed) of ``study``, newest first; parent runs left out."""
+        return [r for r in self.find_runs({"arena.study": study}) if r.tags.get("arena.kind") != "invocation"]
+
+    def reopen(self, run_id: str) -> None:
+        """Status back to RUNNING, to continue logging into an interrupted run (resume)."""
+        _retry(self.client.update_run, run_id, status="RUNNING")
+
+    def finish(self, run_id: str, status: str = "FINISHED") -> None:
+        _retry(self.client.set_terminated, run_id, status)
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None:
+        self.log_rows(run_id, [(k, v, step) for k, v in metrics.items()], timestamp_ms)
+
+    def log_rows(self, run_id: str, rows: list[tuple[str, float, int]], timestamp_ms: int | None = None) -> None:
+        """(key, value, step) rows, 1000 per batch (MLflow's limit)."""
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        metrics = [Metric(key, float(value), stamp, int(step)) for key, value, step in rows]
+        for chunk in _chunks(metrics, 1000):
+            _retry(self.client.log_batch, run_id, metrics=chunk)
+
+    def log_missing(self, run_id: str, rows: list[tuple[str, float, int]]) -> int:
+        """Logs the rows whose (key, step) the run's history lacks (counted with multiplicity), so that logging
+        the same rows again adds nothing; returns how many were logged."""
+        have = Counter((key, step) for key in {r[0] for r in rows} for step, _ in self.history(run_id, key))
+        missing = []
+        for key, value, step in rows:
+            if have[(key, int(step))] > 0:
+                have[(key, int(step))] -= 1
+            else:
+                missing.append((key, value, step))
+        self.log_rows(run_id, missing)
+        return len(missing)
+
+    def history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """(step, value) of metric ``key``, sorted by step (then time)."""
+        points = _retry(self.client.get_metric_history, run_id, key)
+        return [(m.step, m.value) for m in sorted(points, key=lambda m: (m.step, m.timestamp))]
+
+    def log_text(self, run_id: str, text: str, artifact_path: str) -> None:
+        _retry(self.client.log_text, run_id, text, artifact_path)
+
+    def log_file(self, run_id: str, path, artifact_dir: str | None = None) -> None:
+        _retry(self.client.log_artifact, run_id, str(path), artifact_dir)
+
+    def log_table(self, run_id: str, rows: list[dict], artifact_path: str) -> None:
+        """Rows as a JSON list of records; the path carries the step, so the next evaluation never overwrites it
+        (MlflowClient.log_table would append to an existing file and grow a run tag on every call)."""
+        self.log_text(run_id, json.dumps(rows, indent=1, default=_plain), artifact_path)
+
+    def log_npz(self, run_id: str, arrays: dict, artifact_path: str) -> None:
+        """Numpy arrays (per-prompt rewards) as one ``.npz`` artifact."""
+        import numpy as np
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / Path(artifact_path).name
+            with open(path, "wb") as stream:
+                np.savez_compressed(stream, **arrays)
+            self.log_file(run_id, path, posixpath.dirname(artifact_path) or None)
+
+    def log_figure(self, run_id: str, figure, artifact_path: str) -> None:
+        _retry(self.client.log_figure, run_id, figure, artifact_path)
+
+    def download(self, run_id: str, artifact_path: str, dst) -> Path:
+        Path(dst).mkdir(parents=True, exist_ok=True)
+        return Path(_retry(self.client.download_artifacts, run_id, artifact_path, str(dst)))

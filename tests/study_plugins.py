@@ -1,0 +1,69 @@
+"""A task and a method defined outside the registries, for study files that name them by import path."""
+import os
+from dataclasses import dataclass
+
+from arena.config import Checked
+from rewards.noisy_arithmetic import NoisyArithmeticTask
+
+
+class CountingTask:
+    """Prompts 'n' with answer n+1, on levels 1..3 (the number of digits of n)."""
+
+    name = "counting"
+    reward_range = (0.0, 1.0)
+
+    def __init__(self, levels: tuple[int, ...] = (1, 2, 3)):
+        if not set(levels) <= {1, 2, 3}:
+            raise ValueError(f"counting: levels must be among 1, 2, 3, got {list(levels)}")
+        self.levels = tuple(levels)
+
+    def reward(self, completion: str, example: dict) -> float:
+        return 1.0 if completion.strip() == example["answer"] else 0.0
+
+    def prompt(self, example: dict, tokenizer=None) -> str:
+        return example["prompt"]
+
+    def examples(self, split: str, n: int | None = None, seed: int = 0, source: str | None = None) -> list[dict]:
+        return [{"prompt": str(i), "answer": str(i + 1)} for i in range(n or 8)]
+
+
+def make_counting_task(levels=(1, 2)):
+    """A factory, not a class."""
+    return CountingTask(levels)
+
+
+def not_a_task():
+    return 42
+
+
+@dataclass
+class StayConfig(Checked):
+    lr: float = 0.1
+    mode: str = "still"
+
+    def problems(self):
+        if self.lr <= 0:
+            yield "lr", f"must be > 0, got {self.lr!r}"
+
+
+class Stay:
+    """A method that never moves."""
+
+    Config = StayConfig
+
+    def __init__(self, policy, config: StayConfig, seed: int):
+        self.config = config
+
+
+class FlakyArithmetic(NoisyArithmeticTask):
+    """noisy_arithmetic whose reward raises at the N-th call of this process, N from
+    $ARENA_TEST_REWARD_FAILS_AT (unset: never), as a user's buggy reward would."""
+
+    name = "flaky_arithmetic"
+    calls = 0
+
+    def reward(self, completion: str, example: dict) -> float:
+        FlakyArithmetic.calls += 1
+        if FlakyArithmetic.calls == int(os.environ.get("ARENA_TEST_REWARD_FAILS_AT", 0)):
+            return 1 / 0
+        return super().reward(completion, example)

@@ -1,0 +1,100 @@
+"""Tail metrics against hand-computed values and brute force; the hard subset has no regression to the mean."""
+import itertools
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from arena.evaluate import Evaluation, Evaluator, RewardError, checked_reward, lower_cvar, pass_at_k, select_hard
+
+
+def test_lower_cvar_by_hand():
+    p = np.array([1.0, 0.0, 0.5, 0.25, 0.75])
+    assert lower_cvar(p, 0.2) == 0.0  # ceil(1.0) = 1 prompt
+    assert lower_cvar(p, 0.25) == 0.125  # ceil(1.25) = 2 prompts: 0 and 0.25
+    assert lower_cvar(p, 0.5) == pytest.approx(0.25)  # ceil(2.5) = 3: 0, 0.25, 0.5
+    assert lower_cvar(p, 1.0) == pytest.approx(0.5)  # the mean
+    assert lower_cvar(np.array([0.3] * 8), 0.25) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("n,c,k", [(8, 0, 1), (8, 3, 1), (8, 3, 2), (8, 3, 6), (8, 8, 4), (5, 2, 5), (6, 1, 3)])
+def test_pass_at_k_is_the_chance_that_k_of_n_draws_without_replacement_hit(n, c, k):
+    outcomes = [1] * c + [0] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    brute = sum(any(outcomes[i] for i in s) for s in subsets) / len(subsets)
+    assert pass_at_k(n, c, k) == pytest.approx(brute)
+
+
+def spec(**changes):
+    values = dict(prompts=4, samples=2, temperature=1.0, max_new_tokens=4, alphas=(0.25, 0.5), primary_alpha=0.5,
+                  hard_fraction=0.5, points=3, seed=0)
+    return SimpleNamespace(**{**values, **changes})
+
+
+class Levels:
+    """A stand-in task: four held-out prompts of two levels, reward = the completion as a number."""
+
+    name, reward_range = "levels", (0.0, 1.0)
+
+    def examples(self, split, n, seed):
+        return [{"difficulty": 1 + i % 2} for i in range(n)]
+
+    def prompt(self, example, tokenizer=None):
+        return f"level {example['difficulty']}"
+
+    def reward(self, completion, example):
+        return float(completion)
+
+
+def test_metrics_by_hand():
+    evaluator = Evaluator(Levels(), spec())
+    start = Evaluation(np.array([[0, 0], [0, 1], [1, 1], [0, 0]], dtype=float), [])
+    now = Evaluation(np.array([[1, 0], [0, 1], [1, 1], [0, 0]], dtype=float), [])
+    hard = np.array([True, False, False, True])
+    got = evaluator.metrics(now, start, hard)
+    # per prompt: start (0, .5, 1, 0), now (.5, .5, 1, 0)
+    assert got["mean_reward"] == 0.5 and got["mean_gain"] == pytest.approx(0.125)
+    assert got["tail_reward"] == 0.25 and got["tail_gain"] == 0.25  # α = 0.5: the 2 lowest
+    assert got["tail_reward_a0.25"] == 0.0 and got["tail_gain_a0.25"] == 0.0
+    assert got["zero_share"] == 0.25
+    assert got["hard_reward"] == 0.25 and got["hard_gain"] == 0.25
+    assert got["pass_at_2"] == 0.75
+    assert got["level1_mean_reward"] == 0.75 and got["level2_mean_reward"] == 0.25  # prompts 0, 2 and 1, 3
+
+
+def test_a_hard_subset_picked_on_independent_samples_shows_no_gain_for_a_frozen_policy():
+    """Frozen policy, prompts with true success rates q_i, k samples per evaluation. Picking the hard
+    subset on the measuring samples fakes a gain at the next evaluation (regression to the mean); picking
+    it on independent samples, as the evaluator does, gives a gain consistent with zero."""
+    rng = np.random.default_rng(0)
+    q, k, fraction = rng.uniform(0, 1, 200), 4, 0.25
+    honest, naive = [], []
+    for replication in range(300):
+        draw = lambda: rng.binomial(k, q) / k  # noqa: E731  one evaluation's per-prompt rewards
+        selection, start, later = draw(), draw(), draw()
+        picked = select_hard(selection, fraction, replication)
+        honest.append(later[picked].mean() - start[picked].mean())
+        naive_pick = select_hard(start, fraction, replication)
+        naive.append(later[naive_pick].mean() - start[naive_pick].mean())
+    stderr = np.std(honest) / math.sqrt(len(honest))
+    assert abs(np.mean(honest)) < 3 * stderr
+    assert np.mean(naive) > 10 * stderr  # the check has power: the naive choice shows a large fake gain
+
+
+def test_select_hard_breaks_ties_by_a_keyed_order_not_by_index():
+    flat = np.zeros(100)
+    picks = [np.flatnonzero(select_hard(flat, 0.1, seed)) for seed in range(3)]
+    assert all(len(p) == 10 for p in picks)
+    assert not np.array_equal(picks[0], np.arange(10)) and not np.array_equal(picks[0], picks[1])
+
+
+def test_a_reward_that_raises_or_returns_nan_is_named():
+    class Broken(Levels):
+        def reward(self, completion, example):
+            return float("nan") if completion == "nan" else 1 / 0
+
+    with pytest.raises(RewardError, match=r"task 'levels': reward returned nan \(prompt 'p', completion 'nan'\)"):
+        checked_reward(Broken(), {}, "p", "nan")
+    with pytest.raises(RewardError, match="reward raised ZeroDivisionError.*completion 'x'"):
+        checked_reward(Broken(), {}, "p", "x")

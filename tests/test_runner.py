@@ -1,0 +1,193 @@
+"""`arena run` end to end on the shipped tiny model, asserting on what MLflow holds: runs, tags, aligned
+metric histories, artifacts; skip and resume; a killed run resumes with every point exactly once."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from mlflow.tracking import MlflowClient
+
+from arena.cli import main
+
+STUDY = {
+    "name": "e2e",
+    "task": {"name": "noisy_arithmetic", "levels": [1, 2]},
+    "train": {"prompts_per_step": 4},
+    "evaluation": {"prompts": 12, "samples": 2, "points": 3, "max_new_tokens": 8, "alphas": [0.25, 0.5],
+                   "primary_alpha": 0.5},
+    "budget": {"unit": "samples", "amount": 32},
+    "seeds": [0, 1],
+    "arms": {
+        "block_grpo": {"method": "block_grpo", "options": {"lr": 1e-4, "group_size": 4, "max_new_tokens": 8}},
+        "es": {"method": "es", "options": {"population": 4, "max_new_tokens": 8, "sigma": 0.01, "alpha": 0.01}},
+    },
+}
+MARKS = [0, 16, 32]
+
+
+def write(tmp_path: Path, study: dict, name: str = "study.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(study))
+    return path
+
+
+def client_for(tmp_path: Path) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def children(client: MlflowClient, study: str):
+    experiment = client.get_experiment_by_name(study)
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    return [r for r in runs if r.data.tags.get("arena.arm")], [r for r in runs if not r.data.tags.get("arena.arm")]
+
+
+def steps(client: MlflowClient, run_id: str, key: str) -> list[int]:
+    return [m.step for m in client.get_metric_history(run_id, key)]
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return tmp_path
+
+
+def test_a_study_lands_in_mlflow_with_aligned_curves_and_a_rerun_skips(in_tmp, capsys):
+    path = write(in_tmp, STUDY)
+    assert main(["run", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("arena run e2e: model tiny, profile none")
+    assert "tail gain (α=0.5)" in out and "arena ui" in out and "arena report" in out
+
+    client = client_for(in_tmp)
+    runs, parents = children(client, "e2e")
+    assert len(parents) == 1 and len(runs) == 4
+    assert {(r.data.tags["arena.arm"], r.data.tags["arena.seed"]) for r in runs} == {
+        (a, s) for a in ("block_grpo", "es") for s in ("0", "1")}
+    for run in runs:
+        tags = run.data.tags
+        assert run.info.status == "FINISHED" and tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert tags["arena.study"] == "e2e" and len(tags["arena.config_hash"]) == 12 and tags["arena.git_commit"]
+        assert tags["arena.method"] == tags["arena.arm"] and tags["arena.profile"] == "none"
+        assert tags.get("arena.estimator") == ("elbo" if tags["arena.method"] == "block_grpo" else None)
+        assert run.data.params["options.lr" if tags["arena.method"] == "block_grpo" else "options.sigma"]
+        for key in ("eval/mean_reward", "eval/tail_reward", "eval/tail_gain", "eval/tail_reward_a0.25",
+                    "eval/hard_gain", "eval/weight_drift", "budget/samples", "budget/seconds"):
+            assert steps(client, run.info.run_id, key) == MARKS, key  # every arm at the same budget points
+        assert client.get_metric_history(run.info.run_id, "eval/tail_gain")[0].value == 0.0
+        assert [m.value for m in client.get_metric_history(run.info.run_id, "budget/samples")] == MARKS
+        assert steps(client, run.info.run_id, "train/reward_mean") and steps(client, run.info.run_id, "train/update_norm")
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"study.yaml", "evaluations"} <= artifacts
+        points = [a.path for a in client.list_artifacts(run.info.run_id, "evaluations")]
+        assert len(points) == 3  # one folder per point: nothing overwritten
+        local = client.download_artifacts(run.info.run_id, points[-1], str(in_tmp / run.info.run_id))
+        rewards = np.load(Path(local) / "per_prompt_rewards.npz")["rewards"]
+        assert rewards.shape == (12, 2)
+    # the same start for every run: common prompts and decoding seeds
+    starts = {tuple(m.value for m in client.get_metric_history(r.info.run_id, "eval/mean_reward")[:1]) for r in runs}
+    assert len(starts) == 1
+
+    assert main(["run", str(path)]) == 0  # finished runs are skipped, not rerun
+    assert "0 runs finished, 4 already finished (skipped)" in capsys.readouterr().out
+    runs_again, parents_again = children(client, "e2e")
+    assert len(runs_again) == 4 and len(parents_again) == 2
+
+    changed = {**STUDY, "arms": {**STUDY["arms"], "es": {**STUDY["arms"]["es"],
+                                                        "options": {**STUDY["arms"]["es"]["options"], "alpha": 0.02}}}}
+    assert main(["run", str(write(in_tmp, changed)), "--only", "arm=es,seed=0"]) == 0
+    runs_changed, _ = children(client, "e2e")
+    assert len(runs_changed) == 5  # a changed study starts a new run; it never resumes the old one
+
+
+def test_a_frozen_policy_shows_exactly_zero_gain(in_tmp):
+    """Common random numbers: the same prompts and decoding seeds at every point, so a policy that does
+    not move (learning rate 0) has tail, hard-subset and mean gain exactly 0 at every point."""
+    frozen = {**STUDY, "seeds": [0], "arms": {"frozen": {"method": "grpo", "options": {
+        "lr": 0.0, "group_size": 4, "max_new_tokens": 8}}}}
+    assert main(["run", str(write(in_tmp, frozen))]) == 0
+    client = client_for(in_tmp)
+    (run,), _ = children(client, "e2e")
+    for key in ("eval/tail_gain", "eval/hard_gain", "eval/mean_gain", "eval/weight_drift"):
+        assert [m.value for m in client.get_metric_history(run.info.run_id, key)] == [0.0, 0.0, 0.0], key
+
+
+def test_a_reward_that_raises_stops_its_run_with_a_named_error_and_the_rerun_resumes(in_tmp, capsys, monkeypatch):
+    study = {**STUDY, "seeds": [0], "task": {"name": "study_plugins:FlakyArithmetic", "levels": [1, 2]},
+             "arms": {"block_grpo": STUDY["arms"]["block_grpo"]}}
+    path = write(in_tmp, study)
+    monkeypatch.setenv("ARENA_TEST_REWARD_FAILS_AT", "60")  # 48 calls evaluate the start; the 60th is in step 0
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "1 of 1 runs failed" in err and "task 'flaky_arithmetic': reward raised ZeroDivisionError" in err
+    assert "prompt '" in err and "completion '" in err
+    client = client_for(in_tmp)
+    (run,), _ = children(client, "e2e")
+    assert run.info.status == "FAILED" and steps(client, run.info.run_id, "eval/tail_gain") == [0]  # kept
+    monkeypatch.delenv("ARENA_TEST_REWARD_FAILS_AT")
+    assert main(["run", str(path)]) == 0
+    (resumed,), _ = children(client, "e2e")
+    assert resumed.info.run_id == run.info.run_id and resumed.info.status == "FINISHED"
+    assert steps(client, run.info.run_id, "eval/tail_gain") == MARKS
+
+
+def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_curve(tmp_path):
+    """SIGKILL in a subprocess after the first training evaluation; the rerun continues from that
+    checkpoint; every metric has each step exactly once, with the values of an uninterrupted run."""
+    study = {**STUDY, "seeds": [0], "evaluation": {**STUDY["evaluation"], "points": 5}, "budget": {
+        "unit": "samples", "amount": 64}, "arms": {"block_grpo": STUDY["arms"]["block_grpo"]}}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    command = [sys.executable, "-m", "arena", "run", "study.yaml"]
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    for folder in (killed, whole):
+        folder.mkdir()
+        write(folder, study)
+    subprocess.run(command, cwd=whole, env=env, check=True, capture_output=True, timeout=600)
+
+    process = subprocess.Popen(command, cwd=killed, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoints = list((killed / ".arena").glob("**/checkpoint.pt"))
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        checkpoints = list((killed / ".arena").glob("**/checkpoint.pt"))
+        if checkpoints and torch.load(checkpoints[0], weights_only=False)["runner"]["point"] >= 2:
+            break
+        time.sleep(0.2)
+    assert process.poll() is None, "the run finished before it could be killed"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    subprocess.run(command, cwd=killed, env=env, check=True, capture_output=True, timeout=600)
+
+    curves = []
+    for folder in (killed, whole):
+        client = client_for(folder)
+        (run,), _ = children(client, "e2e")
+        history = {key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+                   for key in ("eval/tail_reward", "eval/mean_reward", "train/reward_mean", "train/update_norm")}
+        for key, points in history.items():
+            assert len({s for s, _ in points}) == len(points), f"duplicate steps in {key}"
+        curves.append(history)
+    assert [s for s, _ in curves[0]["eval/tail_reward"]] == [0, 16, 32, 48, 64]
+    assert curves[0] == curves[1]
+
+
+def test_parallel_jobs_share_one_sqlite_store(in_tmp):
+    assert main(["run", str(write(in_tmp, STUDY)), "--jobs", "2"]) == 0
+    runs, _ = children(client_for(in_tmp), "e2e")
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_dry_run_prints_the_plan_without_loading_a_model(in_tmp, capsys, monkeypatch):
+    import arena.model
+
+    monkeypatch.setattr(arena.model, "load_policy", lambda *a, **k: pytest.fail("a dry run must not load a model"))
+    assert main(["run", str(write(in_tmp, STUDY)), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "study e2e: 4 runs, budget 32 samples per run" in out and "samples = 0, 16, 32" in out
+    assert out.count("block_grpo ") >= 2 and not (in_tmp / "mlflow.db").exists()
