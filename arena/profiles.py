@@ -1,10 +1,11 @@
 """Scale profiles: the same study file on the embedded tiny model (no profile) or on Fast-dLLM v2.
 
 A profile rewrites a study before it is validated: the model, the task, the evaluation's decoding
-length and the per-method settings that depend on the scale. Arm options are applied on top of the
-profile's method defaults, and an arm's ``at: {PROFILE: {...}}`` block on top of those, so a study
-states explicitly what each arm uses at each scale (a learning rate tuned on the tiny model means
-nothing at 7B). Nothing falls back: a profile names its model, and a missing checkpoint is an error.
+length and the per-method settings that depend on the scale. The profile's method settings replace
+the arm's values of the same keys (a learning rate or a decoding length tuned on the tiny model means
+nothing at 7B); the arm's other options (its estimator, its draws) stay; and an arm's
+``at: {PROFILE: {...}}`` block goes on top of both, so a study that varies a scale-dependent option
+states it per scale. Nothing falls back: a profile names its model; a missing checkpoint is an error.
 
 Method defaults follow the peers' published settings (shared/research/dllm_rl_peers.md, es_llm.md):
 d1 / diffu-GRPO at 7B-8B ran LoRA r=128, α=64, lr 3e-6, ε=0.5, β=0.04, max_grad_norm 0.2, weight
@@ -58,7 +59,7 @@ def apply_profile(raw: dict, name: str | None) -> dict:
         problems += [Problem(f"arms.{arm_name}.at.{key}", unknown_key(key, PROFILES).message.replace("option", "profile"))
                      for key in at if key not in PROFILES]
         defaults = profile.get("methods", {}).get(arm.get("method"), {})
-        arm["options"] = {**defaults, **(arm.get("options") or {}), **(at.get(name) or {})}
+        arm["options"] = {**(arm.get("options") or {}), **defaults, **(at.get(name) or {})}
     if problems:
         raise ConfigError(problems)
     return raw
