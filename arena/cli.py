@@ -107,9 +107,13 @@ def cmd_estimators(args) -> None:
 
 
 def _study(args):
+    import dataclasses
+
     from arena.study import load_study
 
-    return load_study(args.study, args.profile)
+    study = load_study(args.study, args.profile)
+    model = getattr(args, "model", None)
+    return dataclasses.replace(study, model=model) if model else study
 
 
 def _only(text: str) -> dict[str, str]:
@@ -140,7 +144,13 @@ def cmd_run(args) -> None:
     if args.dry_run:
         print(scheduler.plan(study, runs))
         return
-    placement = scheduler.Placement(jobs=args.jobs, devices=tuple(args.devices.split(",")) if args.devices else ())
+    if args.backend == "local" and (args.address or args.cpus_per_run):
+        raise UserError("--address and --cpus-per-run go with --backend ray")
+    if args.backend == "ray" and args.jobs:
+        raise UserError("--jobs goes with --backend local: Ray runs as many runs at once as the cluster has CPUs "
+                        "(--cpus-per-run each) and GPUs for")
+    placement = scheduler.Placement.auto(args.jobs, args.devices, len(runs), backend=args.backend,
+                                         address=args.address, cpus=args.cpus_per_run or 1)
     outcomes = scheduler.run_study(study, runs, placement, args.tracking_uri, args.workdir, args.force)
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
@@ -285,13 +295,29 @@ def add_run(commands) -> None:
         "Ends with a summary per arm: tail gain and mean-reward gain with 95% intervals over seeds.",
         "arena run studies/es_vs_blockgrpo.yaml --jobs 2", cmd_run)
     _add_study(parser)
+    parser.add_argument("--model", default=None, metavar="PATH|HUB_ID",
+                        help="the checkpoint to use instead of the study's (or the profile's), e.g. a local "
+                             "directory holding downloaded weights (default: the study's)")
     _add_tracking(parser)
-    parser.add_argument("--jobs", type=positive_int, default=1, metavar="N",
-                        help="runs in parallel on CPU, the cores split between them (default: %(default)s)")
+    parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                        help="runs in parallel on CPU, the cores split between them (default: one per core; with "
+                             "GPUs, one run per visible GPU)")
     parser.add_argument("--devices", default=None, metavar="cuda:0,cuda:1",
-                        help="one run at a time on each of these devices (default: none; the model's default device)")
+                        help="one run at a time on each of these devices (default: every visible GPU, else the CPU)")
     parser.add_argument("--only", type=_only, default=None, metavar="arm=NAME,seed=N",
                         help="run only the matching runs, e.g. one per job of a SLURM array (default: all)")
+    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="where runs go: 'local', processes on this machine (--jobs, --devices); or 'ray', one "
+                             "Ray task per run on a Ray cluster, as many at once as it has room for; every machine "
+                             "needs the same arena install and must reach the same --tracking-uri (an http:// "
+                             "server); see docs/scaling.md (default: %(default)s)")
+    parser.add_argument("--address", default=None, metavar="auto|ray://HOST:10001",
+                        help="with --backend ray: the cluster, 'auto' for the one this machine joined with 'ray "
+                             "start', or ray://HOST:10001 for a remote head node (default: none; a Ray instance on "
+                             "this machine alone, started and stopped by this command)")
+    parser.add_argument("--cpus-per-run", type=positive_int, default=None, metavar="N",
+                        help="with --backend ray: CPUs (and torch threads) each run holds; a run also holds one GPU "
+                             "when this machine has one or --devices names a cuda device (default: 1)")
     parser.add_argument("--workdir", type=Path, default=Path(".arena"), metavar="DIR",
                         help="checkpoints and caches (default: %(default)s)")
     parser.add_argument("--force", action="store_true", help="rerun finished runs from the start (default: skip them)")
@@ -322,6 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import os
+
+    # MLflow: no usage telemetry, and no run links printed through the progress bars (users may set either)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     from arena.config import ConfigError
     from arena.model.policy import CheckpointError  # after parsing: it imports torch
 

@@ -153,6 +153,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                desc=f"{run.arm} seed {run.seed}", unit=unit.replace("_", " "), position=position, leave=True,
                disable=not progress, dynamic_ncols=True)
     pending: list[tuple[str, float, int]] = []
+    shown = {"tail": "-", "step_s": "-"}  # the bar's postfix: the latest tail reward and step time
     try:
         while state.point < len(points):
             if state.meter.amount(unit) >= points[state.point]:  # ---- an evaluation point
@@ -170,7 +171,8 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                 save(checkpoint_path, method, state)
                 tracker.log_rows(run_id, pending)
                 pending = []
-                bar.set_postfix(tail=f"{metrics['tail_reward']:.3f}", refresh=False)
+                shown["tail"] = f"{metrics['tail_reward']:.3f}"
+                bar.set_postfix(shown, refresh=False)
                 continue
             examples, prompts, texts = train_prompts(task, policy, run, state.step)
             began = time.perf_counter()
@@ -184,7 +186,8 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
             mark = int(round(state.meter.amount(unit)))
             pending += [(f"train/{k}", float(v), mark) for k, v in result.stats.items()]
             bar.update(min(state.meter.amount(unit), amount) - min(before, amount))
-            bar.set_postfix(step_s=f"{seconds:.1f}", refresh=False)
+            shown["step_s"] = f"{seconds:.1f}"
+            bar.set_postfix(shown, refresh=False)
     except BaseException as error:
         tracker.finish(run_id, "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
         raise

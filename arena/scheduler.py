@@ -20,10 +20,15 @@ from arena.runner import Outcome, execute
 
 @dataclass(frozen=True)
 class Placement:
-    """Where runs go: ``devices`` (one run per device at a time) or ``jobs`` parallel CPU processes."""
+    """Where runs go: ``devices`` (one run per device at a time) or ``jobs`` parallel CPU processes; or with
+    ``backend="ray"``, one Ray task per run on the cluster at ``address`` (None: a Ray instance started here),
+    each holding ``cpus`` CPUs and one GPU when runs use GPUs."""
 
     jobs: int = 1
     devices: tuple[str, ...] = ()
+    backend: str = "local"  # local | ray
+    address: str | None = None
+    cpus: int = 1
 
     @property
     def slots(self) -> int:
@@ -33,7 +38,28 @@ class Placement:
         return self.devices[slot] if self.devices else None
 
     def threads(self) -> int:
-        return max(1, (os.cpu_count() or 1) // self.slots)
+        return self.cpus if self.backend == "ray" else max(1, (os.cpu_count() or 1) // self.slots)
+
+    @classmethod
+    def auto(cls, jobs: int | None, devices: str | None, runs: int, **ray) -> "Placement":
+        """Given devices, one run on each; else every visible GPU; else ``jobs`` (default: one per core)."""
+        import torch
+
+        if ray.get("backend") == "ray":
+            return cls(devices=tuple(devices.split(",")) if devices else (), **ray)
+        if devices:
+            return cls(devices=tuple(devices.split(",")))
+        if jobs is None and torch.cuda.is_available():
+            return cls(devices=tuple(f"cuda:{i}" for i in range(min(torch.cuda.device_count(), runs))))
+        return cls(jobs=max(1, min(jobs or os.cpu_count() or 1, runs)))
+
+    def gpus(self) -> int:
+        """GPUs per Ray task: one when runs use a GPU (a cuda device named in ``devices``, else one seen here)."""
+        if self.devices:
+            return int(any(d.startswith("cuda") for d in self.devices))
+        import torch
+
+        return int(torch.cuda.is_available())
 
 
 _slot = 0  # in a worker process: the slot (device, progress-bar row) it holds for its whole life
@@ -79,6 +105,60 @@ def run_all(study, runs, tracker, parent_id: str, workdir: Path, placement: Plac
         futures = [pool.submit(_worker, run, study, tracker.uri, tracker.experiment, parent_id, str(workdir),
                                placement, force, progress) for run in runs]
         return [future.result() for future in futures]
+
+
+def _ray_task(run, study, uri: str, experiment: str, parent_id: str, workdir: str, device: str, threads: int,
+              force: bool) -> Outcome:
+    """One run in a Ray worker: its own tracker on the shared store, as many torch threads as the task's CPUs."""
+    import torch
+
+    from arena.tracking import Tracker
+
+    torch.set_num_threads(threads)
+    return _guarded(run, study, Tracker(uri, experiment), parent_id, Path(workdir), device, 0, force, False)
+
+
+def run_all_ray(study, runs, tracker, parent_id: str, workdir: Path, placement: Placement,
+                force: bool = False) -> list[Outcome]:
+    """Every run of ``runs`` as one Ray task; a line per run as it ends. A run whose worker or machine died
+    (out of memory, a lost node) comes back failed, as a run that raised does; the others go on."""
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=placement.address)
+    machines = sum(node["Alive"] for node in ray.nodes())
+    if machines > 1 and (tracker.uri.startswith(("sqlite:", "file:")) or "://" not in tracker.uri):
+        print(f"warning: {tracker.uri} is a file, but the Ray cluster has {machines} machines: runs placed on the "
+              "others write to their own copy; use --tracking-uri http://... (docs/scaling.md)", flush=True)
+    gpus = placement.gpus()
+    task = ray.remote(num_cpus=placement.cpus, num_gpus=gpus)(_ray_task)
+    # absolute: workers may run in another directory (on other machines, the same path: a shared filesystem)
+    refs = [task.remote(run, study, tracker.uri, tracker.experiment, parent_id, str(Path(workdir).absolute()),
+                        "cuda" if gpus else "cpu", placement.threads(), force) for run in runs]
+    outcomes, waiting = {}, list(refs)
+    try:
+        while waiting:
+            (ready,), waiting = ray.wait(waiting)
+            index = refs.index(ready)
+            run = runs[index]
+            try:
+                outcomes[index] = ray.get(ready)
+            except ray.exceptions.RayTaskError:
+                raise  # an unexpected error in arena: stop, as the local backend does
+            except ray.exceptions.RayError as error:
+                outcomes[index] = Outcome(run.arm, run.seed, "", "failed",
+                                          f"{type(error).__name__}: {str(error).strip().splitlines()[0]}")
+            print(f"{run.arm} seed {run.seed}: {outcomes[index].status} ({len(outcomes)} of {len(runs)})",
+                  flush=True)
+    except BaseException:
+        for ref in waiting:
+            ray.cancel(ref)
+        raise
+    finally:
+        if started_here:
+            ray.shutdown()
+    return [outcomes[index] for index in range(len(runs))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,16 +261,22 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
     from arena.tracking import Tracker, resolve_uri
 
     tracker = Tracker(resolve_uri(tracking_uri, study.tracking.uri), study.tracking.experiment or study.name)
-    devices = ",".join(placement.devices) or default_device()
+    if placement.backend == "ray":
+        where = (f"Ray at {placement.address or 'a local instance'}, {placement.cpus} CPU and "
+                 f"{placement.gpus()} GPU per run")
+    else:
+        where = f"device {','.join(placement.devices) or default_device()}, {placement.slots} at a time"
     print(f"arena run {study.name}: model {study.model}, profile {study.profile or 'none (embedded tiny model)'}, "
-          f"device {devices}, {placement.slots} at a time, tracking {tracker.uri} (experiment {tracker.experiment})",
-          flush=True)
+          f"{where}, tracking {tracker.uri} (experiment {tracker.experiment})", flush=True)
     parent_id = tracker.start_parent(f"{study.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
                                      {"arena.study": study.name, "arena.role": "invocation",
                                       "arena.git_commit": git_commit(), "arena.profile": study.profile or "none"})
     started = time.time()
     try:
-        outcomes = run_all(study, runs, tracker, parent_id, Path(workdir), placement, force, progress)
+        if placement.backend == "ray":
+            outcomes = run_all_ray(study, runs, tracker, parent_id, Path(workdir), placement, force)
+        else:
+            outcomes = run_all(study, runs, tracker, parent_id, Path(workdir), placement, force, progress)
     except BaseException:
         tracker.finish(parent_id, "KILLED")
         raise

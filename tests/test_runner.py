@@ -60,7 +60,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 def test_a_study_lands_in_mlflow_with_aligned_curves_and_a_rerun_skips(in_tmp, capsys):
     path = write(in_tmp, STUDY)
-    assert main(["run", str(path)]) == 0
+    assert main(["run", str(path), "--jobs", "1"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("arena run e2e: model tiny, profile none")
     assert "tail gain (α=0.5)" in out and "arena ui" in out and "arena report" in out
@@ -94,14 +94,14 @@ def test_a_study_lands_in_mlflow_with_aligned_curves_and_a_rerun_skips(in_tmp, c
     starts = {tuple(m.value for m in client.get_metric_history(r.info.run_id, "eval/mean_reward")[:1]) for r in runs}
     assert len(starts) == 1
 
-    assert main(["run", str(path)]) == 0  # finished runs are skipped, not rerun
+    assert main(["run", str(path), "--jobs", "1"]) == 0  # finished runs are skipped, not rerun
     assert "0 runs finished, 4 already finished (skipped)" in capsys.readouterr().out
     runs_again, parents_again = children(client, "e2e")
     assert len(runs_again) == 4 and len(parents_again) == 2
 
     changed = {**STUDY, "arms": {**STUDY["arms"], "es": {**STUDY["arms"]["es"],
                                                         "options": {**STUDY["arms"]["es"]["options"], "alpha": 0.02}}}}
-    assert main(["run", str(write(in_tmp, changed)), "--only", "arm=es,seed=0"]) == 0
+    assert main(["run", str(write(in_tmp, changed)), "--only", "arm=es,seed=0", "--jobs", "1"]) == 0
     runs_changed, _ = children(client, "e2e")
     assert len(runs_changed) == 5  # a changed study starts a new run; it never resumes the old one
 
@@ -111,7 +111,7 @@ def test_a_frozen_policy_shows_exactly_zero_gain(in_tmp):
     not move (learning rate 0) has tail, hard-subset and mean gain exactly 0 at every point."""
     frozen = {**STUDY, "seeds": [0], "arms": {"frozen": {"method": "grpo", "options": {
         "lr": 0.0, "group_size": 4, "max_new_tokens": 8}}}}
-    assert main(["run", str(write(in_tmp, frozen))]) == 0
+    assert main(["run", str(write(in_tmp, frozen)), "--jobs", "1"]) == 0
     client = client_for(in_tmp)
     (run,), _ = children(client, "e2e")
     for key in ("eval/tail_gain", "eval/hard_gain", "eval/mean_gain", "eval/weight_drift"):
@@ -123,7 +123,7 @@ def test_a_reward_that_raises_stops_its_run_with_a_named_error_and_the_rerun_res
              "arms": {"block_grpo": STUDY["arms"]["block_grpo"]}}
     path = write(in_tmp, study)
     monkeypatch.setenv("ARENA_TEST_REWARD_FAILS_AT", "60")  # 48 calls evaluate the start; the 60th is in step 0
-    assert main(["run", str(path)]) == 2
+    assert main(["run", str(path), "--jobs", "1"]) == 2
     err = capsys.readouterr().err
     assert "1 of 1 runs failed" in err and "task 'flaky_arithmetic': reward raised ZeroDivisionError" in err
     assert "prompt '" in err and "completion '" in err
@@ -131,7 +131,7 @@ def test_a_reward_that_raises_stops_its_run_with_a_named_error_and_the_rerun_res
     (run,), _ = children(client, "e2e")
     assert run.info.status == "FAILED" and steps(client, run.info.run_id, "eval/tail_gain") == [0]  # kept
     monkeypatch.delenv("ARENA_TEST_REWARD_FAILS_AT")
-    assert main(["run", str(path)]) == 0
+    assert main(["run", str(path), "--jobs", "1"]) == 0
     (resumed,), _ = children(client, "e2e")
     assert resumed.info.run_id == run.info.run_id and resumed.info.status == "FINISHED"
     assert steps(client, run.info.run_id, "eval/tail_gain") == MARKS
@@ -144,7 +144,7 @@ def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_curve(tmp_path):
         "unit": "samples", "amount": 64}, "arms": {"block_grpo": STUDY["arms"]["block_grpo"]}}
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    command = [sys.executable, "-m", "arena", "run", "study.yaml"]
+    command = [sys.executable, "-m", "arena", "run", "study.yaml", "--jobs", "1"]
     killed, whole = tmp_path / "killed", tmp_path / "whole"
     for folder in (killed, whole):
         folder.mkdir()

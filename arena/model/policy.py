@@ -102,7 +102,8 @@ def resolve_checkpoint(source: str) -> Path:
             tried.append(f"hub id {source!r}: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
     raise CheckpointError(
         f"could not load a Fast-dLLM v2 checkpoint from {source!r}; tried " + "; ".join(tried)
-        + ". Use --model tiny for the embedded tiny model."
+        + ". To provide it: on a machine with network, `huggingface-cli download HUB_ID --local-dir DIR`, then pass "
+        "--model DIR (or point HF_HOME at a hub cache that holds it); --model tiny is the embedded tiny model."
     )
 
 
@@ -129,12 +130,15 @@ def load_checkpoint(source: str, device: str | None = None, dtype: torch.dtype |
         # (nn.Embedding padding_idx gets no gradient); use the tokenizer's own pad token instead.
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
         config.pad_token_id = pad_id if pad_id != eos_id else None
-        verbosity = hf_logging.get_verbosity()
+        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
         hf_logging.set_verbosity_error()  # it warns that model_type Fast_dLLM_Qwen is not qwen2: expected
+        hf_logging.disable_progress_bar()  # a bar per load would cut through the runs' progress bars
         try:
             model = Qwen2ForCausalLM.from_pretrained(path, config=config, dtype=dtype, attn_implementation="sdpa")
         finally:
             hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
     except CheckpointError:
         raise
     except Exception as error:
