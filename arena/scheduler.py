@@ -260,6 +260,10 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
     from arena.runner import git_commit
     from arena.tracking import Tracker, resolve_uri
 
+    if study.model != "tiny":  # missing weights: one error before anything starts, never a fallback
+        from arena.model.policy import resolve_checkpoint
+
+        resolve_checkpoint(study.model)
     tracker = Tracker(resolve_uri(tracking_uri, study.tracking.uri), study.tracking.experiment or study.name)
     if placement.backend == "ray":
         where = (f"Ray at {placement.address or 'a local instance'}, {placement.cpus} CPU and "

@@ -217,8 +217,6 @@ class Study(Section):
     def problems(self):
         if not NAME.fullmatch(self.name):
             yield "name", f"must use only letters, digits, _ . - (it names directories), got {self.name!r}"
-        if self.model.startswith(("/", "./", "../", "~")) and not Path(self.model).expanduser().is_dir():
-            yield "model", f"no such directory {self.model!r} ('tiny', a local checkpoint directory, or a hub id)"
         if not self.seeds:
             yield "seeds", "must list at least one seed"
         for i, seed in enumerate(self.seeds):

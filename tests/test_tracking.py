@@ -279,6 +279,22 @@ def test_round_trip_through_a_tracking_server(server, tmp_path, monkeypatch):
     round_trip(Tracker(server, "toy"), tmp_path)
     assert any((tmp_path / "served").rglob("completions.json"))  # uploaded through the server
 
+    # and a whole study through the same server: `arena run --tracking-uri http://...`
+    from arena.cli import main
+    from test_runner import STUDY, write
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    study = {**STUDY, "seeds": [0], "arms": {"es": STUDY["arms"]["es"]}}
+    assert main(["run", str(write(work, study)), "--jobs", "1", "--tracking-uri", server]) == 0
+    client = fresh_client(server)
+    runs = client.search_runs([client.get_experiment_by_name("e2e").experiment_id])
+    child = next(r for r in runs if r.data.tags.get("arena.arm") == "es")
+    assert child.info.status == "FINISHED" and not (work / "mlflow.db").exists()
+    assert [m.step for m in client.get_metric_history(child.info.run_id, "eval/tail_reward")] == [0, 16, 32]
+    assert any((tmp_path / "served").rglob("per_prompt_rewards.npz"))
+
 
 def test_tracking_is_the_only_module_that_imports_mlflow():
     found = []
