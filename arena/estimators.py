@@ -4,24 +4,30 @@ This module measures; ``arena.report`` renders the records (table, figure, files
 
 The model samples completions of held-out prompts (the arithmetic task, through the model's chat
 template if it has one) with the sampler whose likelihood the block estimators target: temperature
-1, uniformly random unmasking order over the whole block (sub-block = block). Every estimator and
+1, uniformly random unmasking order inside each sub-block, the policy's own sub-block size (as the
+rollouts use it), its decoding steps recorded for the ``trajectory`` estimator. Every estimator and
 setting of ``methods.likelihood`` then scores each completion ``repeats`` times under independent
-mask keys. Per completion block b, with ē_b the mean and s_b² the variance of the repeats and r_b
-the reference:
+mask keys, with the sampler's sub-block. Per completion block b, with ē_b the mean and s_b² the
+variance of the repeats and r_b the reference:
 
-- reference: the analytic ELBO (first-token term + the in-block ELBO summed over all 2^m mask sets,
-  ``methods.oracle``) when the block size is <= 8; otherwise a high-draw Monte Carlo ELBO
-  (count form, ``reference_draws`` draws, keys apart from the measured ones);
+- reference: the analytic sub-block-chain ELBO (first-token term + Σ over sub-blocks of the
+  sub-block's ELBO, each summed over all 2^m_s mask sets with the later sub-blocks masked,
+  ``methods.oracle``) when the block size is <= 8; otherwise a high-draw Monte Carlo ELBO (count
+  form, sub-block aware, ``reference_draws`` draws, keys apart from the measured ones);
 - bias = mean_b (ē_b - r_b), in nats per block; bias_stderr = sqrt(Σ_b s_b²/R + var(r_b)) / #blocks,
   the Monte Carlo error of that mean given the sampled completions (the blocks are fixed, the masks
   random), so an unbiased estimator has |bias| within a few stderr;
 - std = sqrt(mean_b s_b²): the spread of one estimate of one block across mask keys;
 - rmse = sqrt(mean_b ((ē_b - r_b)² + s_b²)): the error of one estimate, bias and spread together;
-- bias_exact: the same bias against the exact log-likelihood of the random-order sampler (enumerated
-  over unmasking orders; only with the analytic reference), which the ELBO bounds from below;
+- bias_exact: the same bias against the exact log-likelihood of the random-order sampler with
+  sub-blocks (the chain over sub-blocks, each enumerated over its unmasking orders; only with the
+  analytic reference), which the sub-block ELBO bounds from below;
 - cost: forward tokens and wall seconds per scored sequence (forward only, batched, this machine).
 
-Token-unit estimators (``ar``, ``d1``) are summed over each block's completion tokens.
+Token-unit estimators (``ar``, ``d1``) are summed over each block's completion tokens. ``trajectory``
+is deterministic (std 0): log p(y | the recorded unmasking order). Given y, the recorded order σ is a
+draw from the posterior P(σ | y), so its expectation is log P(y) + KL(P(σ | y) || P(σ)): on average
+at or above the exact log-likelihood, and above the ELBO = E_{σ~P(σ)} log p(y | σ).
 
 The settings come from the vocabulary itself (``methods.likelihood.ESTIMATORS``): every estimator,
 with its draw or node count over the given lists, each flag both ways, each enumerated option over
@@ -63,8 +69,16 @@ class Setting:
 
     @property
     def streams(self) -> int:
-        """Noisy streams (masks) per sequence: the cost unit of the packed layout."""
+        """Masks per sequence (draws or nodes, else 1); the block estimators score each in B/S views."""
         return self.count or 1
+
+    def views(self, block_size: int, sub_block: int) -> int:
+        """Noisy streams per sequence in the packed forward (an upper bound for ``trajectory``: one per step)."""
+        if self.estimator == "trajectory":
+            return block_size - 1
+        if ESTIMATORS[self.estimator].unit == "block":
+            return self.streams * (block_size // sub_block)
+        return 1
 
     @property
     def variant(self) -> str:
@@ -98,6 +112,7 @@ class Measurement:
     model: str
     sequences: int
     blocks: int
+    sub_block: int  # the sampler's sub-block size, which every block estimator and the references use
     reference: str
     repeats: int
     seconds: float
@@ -106,15 +121,17 @@ class Measurement:
 
 
 def sample_completions(policy, prompts: list[list[int]], max_new_tokens: int, seed: int):
-    config = SamplerConfig(max_new_tokens=max_new_tokens, temperature=1.0, order="random", sub_block=policy.block_size)
+    """Random unmasking order with the policy's own sub-block: the sampler the block estimators target."""
+    config = SamplerConfig(max_new_tokens=max_new_tokens, temperature=1.0, order="random", sub_block=policy.sub_block)
     return generate(policy, prompts, config, seed=seed)
 
 
 def replicate(batch: ScoringBatch, repeats: int) -> ScoringBatch:
     """``repeats`` copies of every row; row r*n + i keys its masks by sample id r*n + i (independent)."""
     n = batch.ids.shape[0]
-    return ScoringBatch(batch.ids.repeat(repeats, 1), batch.valid.repeat(repeats, 1),
-                        batch.prompt_lengths.repeat(repeats), list(range(n * repeats)), batch.temperature)
+    return dataclasses.replace(batch, ids=batch.ids.repeat(repeats, 1), valid=batch.valid.repeat(repeats, 1),
+                               prompt_lengths=batch.prompt_lengths.repeat(repeats), sample_ids=list(range(n * repeats)),
+                               steps=None if batch.steps is None else batch.steps.repeat(repeats, 1))
 
 
 def block_values(logp: torch.Tensor, units: torch.Tensor, unit: str, block_size: int) -> torch.Tensor:
@@ -129,7 +146,7 @@ def score(policy, batch: ScoringBatch, setting: Setting, key: tuple[int, ...], r
     """(repeats, n, blocks) estimates under independent keys, forward tokens and seconds per sequence."""
     n, T = batch.ids.shape
     many = replicate(batch, repeats)
-    per_call = max(1, CHUNK_TOKENS // (T * (1 + setting.streams)))
+    per_call = max(1, CHUNK_TOKENS // (T * (1 + setting.views(policy.block_size, batch.sub_block or policy.sub_block))))
     values, tokens, seconds = [], 0, 0.0
     for start in range(0, n * repeats, per_call):
         chunk = many.rows(slice(start, start + per_call))
@@ -143,11 +160,12 @@ def score(policy, batch: ScoringBatch, setting: Setting, key: tuple[int, ...], r
 
 
 def exact_references(policy, batch: ScoringBatch, prompts, completions, progress: bool):
-    """(n, blocks) analytic ELBO and exact random-order log-lik of every completion block (NaN elsewhere)."""
+    """(n, blocks) analytic sub-block-chain ELBO and exact random-order log-lik with the batch's sub-blocks of every
+    completion block (NaN elsewhere)."""
     elbo = np.full((len(prompts), batch.ids.shape[1] // policy.block_size), np.nan)
     exact = elbo.copy()
     for i in tqdm(range(len(prompts)), desc="analytic ELBO", disable=not progress):
-        for block in completion_blocks(policy, prompts[i], completions[i], batch.temperature):
+        for block in completion_blocks(policy, prompts[i], completions[i], batch.temperature, batch.sub_block):
             elbo[i, block.index], exact[i, block.index] = block.elbo, block.exact
     return elbo, exact
 
@@ -194,10 +212,11 @@ def measure(policy, prompts: list[list[int]], draws=(1, 2, 4, 8), nodes=(1, 2, 3
     ``reference_draws`` are rounded up to a multiple of 16.
     """
     began = time.perf_counter()
-    B = policy.block_size
+    B, S = policy.block_size, policy.sub_block
     exact = B <= EXACT_BLOCK_LIMIT if exact is None else exact
     generation = sample_completions(policy, prompts, max_new_tokens, seed)
-    batch = ScoringBatch.build(prompts, generation.tokens, policy.pad_id, B, temperature=1.0, device=policy.device)
+    batch = ScoringBatch.build(prompts, generation.tokens, policy.pad_id, B, temperature=1.0, device=policy.device,
+                               sub_block=S, steps=generation.steps)
     counted = batch.completion.reshape(len(prompts), -1, B).any(-1).cpu().numpy()
     if exact:
         reference, exact_logp = exact_references(policy, batch, prompts, generation.tokens, progress)
@@ -212,12 +231,12 @@ def measure(policy, prompts: list[list[int]], draws=(1, 2, 4, 8), nodes=(1, 2, 3
         values, tokens, seconds = score(policy, batch, setting, (seed, 0, 0), repeats)
         records.append({
             "estimator": setting.estimator, "variant": setting.variant, "options": setting.options,
-            "draws": setting.options.get("draws"), "nodes": setting.options.get("nodes"), "block_size": B,
+            "draws": setting.options.get("draws"), "nodes": setting.options.get("nodes"), "block_size": B, "sub_block": S,
             **summarize(values, counted, reference, reference_var, exact_logp),
             "forward_tokens": tokens, "seconds": seconds,
             "reference": "analytic" if exact else f"monte_carlo ({reference_draws} draws)", "repeats": repeats,
         })
-    return Measurement(records, model=policy.source, sequences=len(prompts), blocks=int(counted.sum()),
+    return Measurement(records, model=policy.source, sequences=len(prompts), blocks=int(counted.sum()), sub_block=S,
                        reference=records[0]["reference"], repeats=repeats, seconds=time.perf_counter() - began,
                        device=_device_name(policy), samples=generation.texts[:4])
 

@@ -54,6 +54,13 @@ def common_stats(totals: dict[str, float], update_norm: float, seconds: float) -
     return used, stats
 
 
+class NonFiniteError(RuntimeError):
+    """A method stops the run: its update went non-finite (NaN or inf) on too many consecutive steps.
+
+    The message names the step and the statistic that went non-finite; the runner ends the run as
+    failed with it (``arena.scheduler`` reports a RuntimeError as a failed run, never a retry)."""
+
+
 class Method(Protocol):
     name: str
 

@@ -2,13 +2,20 @@
 
 The GRPO update of ``methods.grpo`` with one importance ratio per block, ρ_k = exp(ℓ̂_θ,k - ℓ̂_old,k),
 where ℓ̂_k = log p(first token of block k | clean blocks < k) + an estimate of the block's inner
-log-likelihood (``methods.likelihood``, DESIGN §4):
+log-likelihood (``methods.likelihood``, DESIGN §4). Inside a block the estimators follow the sampler's
+sub-blocks (the rollout's, by default the policy's): exact chain across sub-blocks, each estimated with
+the later sub-blocks masked, as the sampler saw them:
 
-- ``estimator: masked``: the block fully masked, one pass (d1-style inside the block);
+- ``estimator: masked``: each sub-block fully masked, one pass (d1-style inside the sub-block);
 - ``estimator: elbo`` (default): K Monte Carlo draws of the masked-diffusion ELBO (``draws``,
-  ``form`` uniform or count, ``antithetic``);
+  ``form`` count (default) or uniform, ``antithetic``). Keep ``count``: the ``uniform`` form's 1/t
+  weight has infinite variance (its per-block log-ratio between nearby θ reached 85 nats, 99th
+  percentile 15, against 11 for ``count``); GRPO's ±20-nat log-ratio clamp bounds what it can do;
 - ``estimator: gauss_legendre``: the same integral on ``nodes`` Gauss-Legendre nodes (GDPO,
-  arXiv 2510.08554, does this for whole sequences), optionally with ``exact_count`` masks.
+  arXiv 2510.08554, does this for whole sequences), optionally with ``exact_count`` masks;
+- ``estimator: trajectory``: the exact log-probability of the rollout's recorded decoding steps
+  (each step's committed tokens given the state the sampler was in; exact for either order, the
+  confidence order taken as given): the reference the ELBO family approximates.
 
 Masks are fresh every inner iteration and shared by θ, θ_old and the reference within one. The
 idea and the three estimators come from the seed post (shared/seed/block-grpo-blog.md).

@@ -10,6 +10,15 @@ masks for θ and θ_old, minimise per unit u (token or block, by estimator)
 
 with AdamW, gradient clipping, and aggregation ``token_mean`` (Σ over all units / number of units,
 DAPO/d1 style) or ``sequence_mean`` (mean over units inside a sequence, then over sequences).
+θ, θ_old and the reference are scored on the same micro-batches (same rows, same shapes), so where
+they agree every log-ratio is exactly 0: a zero reward moves nothing, not even by rounding noise.
+
+Non-finite safety. Log-ratios enter exp() clamped to ±20 nats (``LOG_RATIO_BOUND``; k3 continues
+along its tangent beyond it), with the share of clamped units reported as ``clamped_frac``. A step
+whose loss or gradient norm (all ranks) is not finite is skipped: no further inner iterations, the
+masters back where the step found them (AdamW's moments keep the finite updates' gradients), counted
+in ``skipped_steps`` (cumulative over the run). ``max_skipped_steps`` consecutive skips raise
+``NonFiniteError`` naming the step and the statistic; the runner fails the run with that message.
 
 Vanilla ``grpo`` uses the ``ar`` estimator: causal attention, the logit at j-1 scores token j. It is
 exact for an AR model and mismatched with the block-diffusion sampler: the baseline arm.
@@ -25,7 +34,7 @@ Low-precision (bf16) weights train through fp32 master copies in both modes.
 Statistics: the common ones (``methods.base.COMMON_STATS``; update_norm needs one fp32 copy of this
 rank's masters during the step) and those TRL/verl users expect: loss, clip_frac, kl, ratio_mean,
 ratio_max, estimator_std (spread of the estimator's draws), grad_norm, frac_zero_std_groups,
-completion_length.
+completion_length; and clamped_frac, skipped_steps (above).
 """
 from __future__ import annotations
 
@@ -42,8 +51,8 @@ from arena.config import Checked
 from arena.rng import seed_of
 from arena.model.sampler import SamplerConfig, generate
 from methods import fsdp, likelihood
-from methods.base import (StepResult, Trainable, all_reduce_sum, all_reduce_sums, common_stats, make_trainable,
-                          reference_context, register, world)
+from methods.base import (NonFiniteError, StepResult, Trainable, all_reduce_sum, all_reduce_sums, common_stats,
+                          make_trainable, reference_context, register, world)
 
 
 @dataclass
@@ -67,10 +76,11 @@ class GRPOConfig(Checked):
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = Trainable.lora_targets  # the same default as ES: never a confound
     sharding: Literal["none", "fsdp"] = "none"  # "none": replicas, summed gradients; "fsdp": FSDP2 (Zhao et al. 2023), full FT only
+    max_skipped_steps: int = 3  # stop the run when this many consecutive steps are skipped as non-finite
 
     def problems(self):
         at_least = {"group_size": 2, "inner_iterations": 1, "micro_batch": 0, "max_new_tokens": 1, "beta": 0,
-                    "weight_decay": 0, "lr": 0}
+                    "weight_decay": 0, "lr": 0, "max_skipped_steps": 1}
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 yield name, f"must be >= {low}, got {getattr(self, name)!r}"
@@ -95,9 +105,22 @@ def group_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> torch
     return centered.flatten()
 
 
+# Log-ratios enter exp() clamped to ±LOG_RATIO_BOUND nats (verl's bound). e^20 = 4.9e8 keeps ρ·A, the
+# k3 term, their sums over units and Adam's squared gradients far below float32's 3.4e38 = e^88.7; an
+# honest per-unit log-ratio is far smaller (the PPO clip at ε = 0.2 is 0.18 nats; the uniform-form
+# ELBO's 99th percentile between nearby θ is 15), so only a runaway unit (85 nats seen) is clamped.
+LOG_RATIO_BOUND = 20.0
+
+
 def clipped_objective(logp, old_logp, ref_logp, advantages, units, config: GRPOConfig):
-    """Per-unit GRPO loss terms (n, U) and the ratios; the update rule of every GRPO variant."""
-    ratio = torch.exp(logp - old_logp)
+    """Per-unit GRPO loss terms (n, U) and the ratios; the update rule of every GRPO variant.
+
+    Log-ratios are clamped to ±LOG_RATIO_BOUND before exp. In ρ the clamp stops the gradient (a
+    clamped ρ is constant, as a clipped one is). k3 continues beyond the bound along its tangent,
+    so a clamped unit keeps a finite gradient (e^20 - 1 at most) pulling it back to the reference.
+    """
+    bound = LOG_RATIO_BOUND
+    ratio = torch.exp((logp - old_logp).clamp(-bound, bound))
     high = config.clip_eps if config.clip_eps_high is None else config.clip_eps_high
     a = advantages[:, None]
     surrogate = torch.minimum(ratio * a, ratio.clamp(1 - config.clip_eps, 1 + high) * a)
@@ -105,9 +128,19 @@ def clipped_objective(logp, old_logp, ref_logp, advantages, units, config: GRPOC
     kl = torch.zeros_like(logp)
     if ref_logp is not None:
         delta = ref_logp - logp
-        kl = torch.exp(delta) - delta - 1
+        inside = delta.clamp(-bound, bound)
+        kl = torch.exp(inside) * (1 + delta - inside) - delta - 1  # = e^δ - δ - 1 for |δ| <= bound
         loss = loss + config.beta * kl
     return loss * units, ratio, kl
+
+
+def clamped_units(logp, old_logp, ref_logp) -> torch.Tensor:
+    """(n, U) bool: units whose ratio or k3 log-ratio ``clipped_objective`` clamps (NaN: not counted)."""
+    logp = logp.detach()
+    clamped = (logp - old_logp).abs() > LOG_RATIO_BOUND
+    if ref_logp is not None:
+        clamped |= (ref_logp - logp).abs() > LOG_RATIO_BOUND
+    return clamped
 
 
 @register("grpo")
@@ -132,6 +165,8 @@ class GRPO:
         self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                                      threshold=config.threshold)
         self.forward_tokens = 0  # estimator forward tokens of the current step
+        self.skipped_steps = 0  # steps skipped as non-finite, this run (checkpointed)
+        self.consecutive_skips = 0  # of them, the latest in a row
 
     def _estimator(self) -> tuple[str, dict]:
         return "ar", {}
@@ -176,30 +211,39 @@ class GRPO:
         advantages = group_advantages(rewards, G, config.advantage).to(self.policy.device)
         batch = likelihood.ScoringBatch.build([prompts[i] for i, _ in rows], out.tokens, self.policy.pad_id,
                                               self.policy.block_size, config.temperature, sample_ids,
-                                              device=self.policy.device)
+                                              device=self.policy.device,
+                                              # the rollout's sub-block (None: the policy's, as the sampler)
+                                              # and decoding steps (the trajectory estimator needs them)
+                                              sub_block=self.sampler.sub_block, steps=out.steps)
         name, _ = self._estimator()
         units = likelihood.unit_mask(name, batch, self.policy.block_size)
         local_units = float(units.sum()) if config.loss_aggregation == "token_mean" else len(rows)
         normaliser = all_reduce_sums({"normaliser": local_units})["normaliser"]
 
-        # ---- θ_old (iteration 0: the current pass, detached) and reference scores, before any update
+        # ---- θ_old (iteration 0: the current pass, detached) and reference scores, before any update, on
+        #      the θ pass's own micro-batches: the same rows and shapes give the same bits, so where θ, θ_old
+        #      and the reference agree every log-ratio is exactly 0 (not a rounding residue Adam would amplify)
         keys = [(self.seed, step, it) for it in range(config.inner_iterations)]
-        old = {it: self._score(batch, keys[it], grad=False).logp for it in range(1, config.inner_iterations)}
-        refs = [self._reference_logp(batch, key) for key in keys]
+        n, micro = len(rows), config.micro_batch or len(rows)
+        parts = [slice(lo, lo + micro) for lo in range(0, n, micro)]
+        old = {it: [self._score(batch.rows(part), keys[it], grad=False).logp for part in parts]
+               for it in range(1, config.inner_iterations)}
+        refs = [[self._reference_logp(batch.rows(part), key) for part in parts] for key in keys]
 
         # ---- μ inner iterations of the clipped objective
-        n, micro = len(rows), config.micro_batch or len(rows)
         high = config.clip_eps if config.clip_eps_high is None else config.clip_eps_high
-        sums = dict.fromkeys(("loss", "units", "clipped", "ratio", "ratio_max", "kl", "draw_std", "draw_units"), 0.0)
-        grad_norm = 0.0
-        before = [fsdp.local(m.detach()).clone() for m in self.master.masters]  # for update_norm
+        sums = dict.fromkeys(("loss", "units", "clipped", "clamped", "ratio", "ratio_max", "kl", "draw_std",
+                              "draw_units"), 0.0)
+        grad_norm, updates, failure = 0.0, 0, None
+        bad_rewards = float((~torch.isfinite(rewards)).sum())
+        before = [fsdp.local(m.detach()).clone() for m in self.master.masters]  # for update_norm (and a skip)
         for it in range(config.inner_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            for lo in range(0, n, micro):
-                part = slice(lo, lo + micro)
+            iteration_loss = 0.0
+            for j, part in enumerate(parts):
                 est = self._score(batch.rows(part), keys[it], grad=True)
-                old_logp = est.logp.detach() if it == 0 else old[it][part]
-                ref = None if refs[it] is None else refs[it][part]
+                old_logp = est.logp.detach() if it == 0 else old[it][j]
+                ref = refs[it][j]
                 terms, ratio, kl = clipped_objective(est.logp, old_logp, ref, advantages[part], est.units, config)
                 if config.loss_aggregation == "token_mean":
                     loss = terms.sum() / normaliser
@@ -208,9 +252,10 @@ class GRPO:
                 loss.backward()
                 self.master.accumulate()
                 u = est.units
-                sums["loss"] += loss.item()
+                iteration_loss += loss.item()
                 sums["units"] += float(u.sum())
                 sums["clipped"] += float((((ratio < 1 - config.clip_eps) | (ratio > 1 + high)) & u).sum())
+                sums["clamped"] += float((clamped_units(est.logp, old_logp, ref) & u).sum())
                 sums["ratio"] += float((ratio.detach() * u).sum())
                 sums["kl"] += float((kl.detach() * u).sum())
                 sums["ratio_max"] = max(sums["ratio_max"], float(ratio.detach()[u].max()) if u.any() else 0.0)
@@ -221,11 +266,27 @@ class GRPO:
                 for master in self.master.masters:
                     if master.grad is not None:
                         all_reduce_sum(master.grad)
-            grad_norm += float(torch.nn.utils.clip_grad_norm_(self.master.masters, config.max_grad_norm))
+            norm = float(torch.nn.utils.clip_grad_norm_(self.master.masters, config.max_grad_norm))  # global
+            checked = all_reduce_sums({"loss": iteration_loss, "bad_rewards": bad_rewards})  # every rank decides alike
+            sums["loss"] += iteration_loss
+            grad_norm += norm
+            if not (math.isfinite(checked["loss"]) and math.isfinite(norm)):
+                failure = (it, checked["loss"], norm, checked["bad_rewards"])
+                break
             self.optimizer.step()
             self.master.publish()
+            updates += 1
+        if failure is not None:  # skip the whole step: the masters go back to where it started
+            self.optimizer.zero_grad(set_to_none=True)
+            if updates:
+                self._restore(before)
+            self.skipped_steps += 1
+            self.consecutive_skips += 1
+        else:
+            self.consecutive_skips = 0
 
         # ---- statistics and consumption over all ranks
+        iterations = updates + (failure is not None)  # the inner iterations that ran
         groups = rewards.view(-1, G)
         totals = all_reduce_sums({
             **sums, "samples": n, "tokens": sum(map(len, out.tokens)),
@@ -234,18 +295,37 @@ class GRPO:
             "zero_std_groups": float((groups.std(1) == 0).sum()), "groups": len(groups),
             "completion_tokens": sum(out.lengths), "update_squares": self._update_squares(before),
         }, max_keys=("ratio_max",))
+        if failure is not None and self.consecutive_skips >= config.max_skipped_steps:
+            raise NonFiniteError(self._non_finite_message(step, *failure))
         consumption, stats = common_stats(totals, math.sqrt(totals["update_squares"]), time.perf_counter() - start)
         units = max(totals["units"], 1)
         stats |= {
             "frac_zero_std_groups": totals["zero_std_groups"] / totals["groups"],
-            "loss": totals["loss"] / config.inner_iterations, "clip_frac": totals["clipped"] / units,
+            "loss": totals["loss"] / iterations, "clip_frac": totals["clipped"] / units,
+            "clamped_frac": totals["clamped"] / units, "skipped_steps": float(self.skipped_steps),
             "kl": totals["kl"] / units, "ratio_mean": totals["ratio"] / units, "ratio_max": totals["ratio_max"],
             "estimator_std": totals["draw_std"] / max(totals["draw_units"], 1),
-            "grad_norm": grad_norm / config.inner_iterations,
+            "grad_norm": grad_norm / iterations,
             "completion_length": totals["completion_tokens"] / totals["samples"],
         }
         sample = [{"prompt": i, "text": text, "reward": float(r)} for (i, _), text, r in zip(rows, out.texts, rewards)]
         return StepResult(consumption, stats, sample[: 2 * G])
+
+    def _non_finite_message(self, step: int, iteration: int, loss: float, norm: float, bad_rewards: float) -> str:
+        what = (f"loss is {loss} (gradient norm {norm:.4g})" if not math.isfinite(loss)
+                else f"gradient norm is {norm} (loss {loss:.4g})")
+        cause = f"; {int(bad_rewards)} of this step's rewards are not finite" if bad_rewards else ""
+        streak = self.consecutive_skips
+        return (f"{self.name} step {step} (inner iteration {iteration}): {what}{cause}; {streak} consecutive "
+                f"step{'s' if streak > 1 else ''} skipped (max_skipped_steps: {self.config.max_skipped_steps}), the "
+                f"parameters are those from before the first of them; check the rewards and the learning rate")
+
+    def _restore(self, before: list[torch.Tensor]) -> None:
+        """Put this rank's masters back to ``before`` (their local shards) and publish them."""
+        with torch.no_grad():
+            for master, saved in zip(self.master.masters, before):
+                fsdp.local(master.detach()).copy_(saved)
+        self.master.publish()
 
     def _update_squares(self, before: list[torch.Tensor]) -> float:
         """Σ (θ - θ_before)² over this rank's fp32 masters; summed over ranks, the squared global norm
@@ -261,6 +341,7 @@ class GRPO:
         state = {
             "params": {name: m.detach().clone() for (name, _), m in zip(self.params, self.master.masters)},
             "optimizer": fsdp.optimizer_state(self.policy.model, self.optimizer),
+            "skipped_steps": self.skipped_steps, "consecutive_skips": self.consecutive_skips,
         }
         if self.reference is not None:
             state["reference"] = self.reference.state_dict()
@@ -272,5 +353,7 @@ class GRPO:
                 master.copy_(state["params"][name])
         self.master.publish()
         fsdp.load_optimizer_state(self.policy.model, self.optimizer, state["optimizer"])
+        self.skipped_steps = state.get("skipped_steps", 0)  # checkpoints from before the counters: none skipped
+        self.consecutive_skips = state.get("consecutive_skips", 0)
         if self.reference is not None:
             self.reference.load_state_dict(state["reference"])

@@ -2,31 +2,47 @@
 
 Write ℓ_k = log π(y_k | c, y_<k) for block k. Across blocks the chain rule is exact; inside block k
 the positions G are given (the prompt tail, or the block's first token, decoded AR from the clean
-previous block) and the m others are the denoised ones. With S(M) = Σ_{i∈M} log p(y_i | y_{not M})
-for a masked subset M:
+previous block) and the others are the denoised ones. The sampler denoises a block sub-block by
+sub-block (size S, ``batch.sub_block``, by default the policy's, as the sampler's), left to right,
+with the later sub-blocks masked meanwhile; so ℓ_k is itself a chain over the sub-blocks s of block k
+(DESIGN §4, "Sub-blocks"). With m_s the denoised positions of sub-block s and, for M ⊆ m_s,
+S_s(M) = Σ_{i∈M} log p(y_i | y_{m_s - M}, earlier sub-blocks clean, later sub-blocks masked):
 
-    ELBO_k = log p(first token) + ∫_0^1 (1/t) E_{M~Bern(t)^m}[S(M)] dt  ≤  ℓ_k
+    ELBO_k = log p(first token) + Σ_s ∫_0^1 (1/t) E_{M~Bern(t)^m_s}[S_s(M)] dt  ≤  ℓ_k
+
+(for the random-order sampler; each sub-block's term bounds that sub-block's own random-order
+likelihood). With S = B it is the whole-block ELBO. The block estimators below estimate each sub-block's
+integral, all sub-blocks of all blocks in one forward.
 
 Estimators (``ESTIMATORS``, keyed by the names users write; unit = token for ``ar``/``d1``, block
 otherwise):
 - ``ar``: causal forward, Σ log p(y_j | y_<j): exact for an AR model, not for this sampler.
 - ``d1``: diffu-GRPO's one step (Zhao et al. 2025, arXiv 2504.12216): completion fully masked,
   prompt tokens masked with probability ``p_mask``; mean-field per-token log-probs.
-- ``masked``: first-token term + S(all m masked): one pass, neither bound nor unbiased.
-- ``elbo``: first-token term + K Monte Carlo draws of the inner integral. ``form="uniform"``:
-  t ~ U(0,1], M ~ Bern(t), weight 1/t. ``form="count"``: l ~ U{1..m}, |M| = l uniform, weight m/l
-  (same expectation: C(m,l)·B(l, m-l+1) = 1/l). ``antithetic`` pairs draws: (t, M) with (1-t, not M),
-  or for counts (l, M) with (m+1-l, not M plus one element of M) — each marginally exact.
-- ``gauss_legendre``: Σ_j w_j (1/t_j) S(M_j), n Gauss-Legendre nodes on [0,1], one mask per
-  node. The integrand is a polynomial of degree m-1 in t, so n >= ceil(m/2) nodes make this
-  unbiased for the ELBO. ``exact_count`` masks |M| = ceil(t_j m) with weight m/|M| (the count
-  form's step integrand: lower variance, a quadrature bias).
+- ``masked``: first-token term + Σ_s S_s(all m_s masked): one pass, neither bound nor unbiased.
+- ``elbo``: first-token term + K Monte Carlo draws of each sub-block's integral. ``form="count"``
+  (the default): l ~ U{1..m_s}, |M| = l uniform, weight m_s/l. ``form="uniform"``: t ~ U(0,1],
+  M ~ Bern(t), weight 1/t: the same expectation (C(m,l)·B(l, m-l+1) = 1/l) but an infinite variance
+  (a masked token at small t carries weight 1/t: the second moment diverges like ∫ dt/t), so its
+  log-ratios between nearby policies can be huge. Keep ``count``.
+  ``antithetic`` pairs draws: (t, M) with (1-t, not M), or for counts (l, M) with (m+1-l, not M plus
+  one element of M) — each marginally exact.
+- ``gauss_legendre``: Σ_j w_j (1/t_j) S_s(M_j), n Gauss-Legendre nodes on [0,1], one mask per node.
+  With Bernoulli(t_j) masks the integrand's expectation is a polynomial of degree m_s-1 in t, so
+  n >= ceil(m_s/2) nodes make this unbiased for the ELBO. ``exact_count`` masks |M| = ceil(t_j m_s)
+  with weight m_s/|M| integrate a step function of t instead: lower variance, but biased at every
+  node count (no n makes it unbiased, unless m_s = 1).
+- ``trajectory``: the exact log-probability of the recorded decoding trajectory (``batch.steps``):
+  Σ over decoding steps of log p(tokens committed at that step | the state the sampler was in).
 
-All blocks of a sequence, and all K draws, are scored in one packed forward in which the K noisy
-streams share one clean stream (``arena.model.layout.PackedLayout``). Masks come from generators keyed by
-(seed, step, iteration, sample, draw) and are indexed by block, so they differ across inner
-iterations and are identical for θ and θ_old inside one. The temperature is the sampler's: the
-likelihood is that of the sampler that produced the samples (DESIGN §3).
+All blocks of a sequence, all K draws and all sub-blocks are scored in one packed forward in which
+the noisy streams share one clean stream (``arena.model.layout``: PackedLayout, sub_block_views;
+K draws of a block with B/S sub-blocks take K·B/S views). Masks come from generators keyed by
+(seed, step, iteration, sample, draw) and are indexed by position and by sub-block, so they differ
+across inner iterations and are identical for θ and θ_old inside one; CPU generators give a prefix
+of the same stream at any length, so a row's masks do not depend on the padded width of its batch
+(tested). The temperature and the sub-block are the sampler's: the likelihood is that of the sampler
+that produced the samples (DESIGN §3).
 """
 from __future__ import annotations
 
@@ -37,36 +53,49 @@ import numpy as np
 import torch
 
 from arena.config import Checked, build
-from arena.model.layout import PackedLayout, block_causal_mask, causal_mask
+from arena.model.layout import (PackedLayout, block_causal_mask, causal_mask, step_ranks, step_views, sub_block_stream,
+                                 sub_block_views)
 from arena.rng import torch_generator
 
 
 @dataclass
 class ScoringBatch:
-    """Prompt + completion ids, right-padded to a multiple of the block size."""
+    """Prompt + completion ids, right-padded to a multiple of the block size, and how they were sampled."""
 
     ids: torch.Tensor  # (n, T) long
     valid: torch.Tensor  # (n, T) bool
     prompt_lengths: torch.Tensor  # (n,) long
     sample_ids: list[int]  # keys for the masks of each row
-    temperature: float = 1.0
+    temperature: float = 1.0  # the sampler's temperature
+    sub_block: int | None = None  # the sampler's sub-block size; None = the policy's (as SamplerConfig)
+    steps: torch.Tensor | None = None  # (n, T) long: the sampler's decoding step per completion token, -1 elsewhere
 
     @classmethod
     def build(cls, prompts, completions, pad_id: int, block_size: int, temperature: float = 1.0,
-              sample_ids=None, device="cpu") -> "ScoringBatch":
+              sample_ids=None, device="cpu", sub_block: int | None = None, steps=None) -> "ScoringBatch":
+        """``steps``: ``Generation.steps`` (one list per completion), needed by ``trajectory`` only."""
         lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
         T = -(-max(lengths) // block_size) * block_size
         ids = torch.full((len(prompts), T), pad_id, dtype=torch.long)
         for row, (p, c) in enumerate(zip(prompts, completions)):
             ids[row, : lengths[row]] = torch.tensor(list(p) + list(c))
         valid = torch.arange(T)[None] < torch.tensor(lengths)[:, None]
+        step_ids = None
+        if steps is not None:
+            step_ids = torch.full((len(prompts), T), -1, dtype=torch.long)
+            for row, (p, c, s) in enumerate(zip(prompts, completions, steps)):
+                if len(s) != len(c):
+                    raise ValueError(f"row {row}: {len(s)} steps for {len(c)} completion tokens")
+                step_ids[row, len(p) : lengths[row]] = torch.tensor(list(s), dtype=torch.long)
+            step_ids = step_ids.to(device)
         return cls(ids.to(device), valid.to(device), torch.tensor([len(p) for p in prompts], device=device),
-                   list(range(len(prompts))) if sample_ids is None else list(sample_ids), temperature)
+                   list(range(len(prompts))) if sample_ids is None else list(sample_ids), temperature, sub_block,
+                   step_ids)
 
     def rows(self, index: slice) -> "ScoringBatch":
         """The rows ``index`` (a micro-batch); masks stay keyed by each row's own sample id."""
-        return ScoringBatch(self.ids[index], self.valid[index], self.prompt_lengths[index],
-                            self.sample_ids[index], self.temperature)
+        return ScoringBatch(self.ids[index], self.valid[index], self.prompt_lengths[index], self.sample_ids[index],
+                            self.temperature, self.sub_block, None if self.steps is None else self.steps[index])
 
     @property
     def completion(self) -> torch.Tensor:
@@ -82,6 +111,7 @@ class Estimate:
     forward_tokens: int
     draw_values: torch.Tensor | None = None  # (n, D, U): each draw's own unbiased estimate (MC only)
     first_token_logp: torch.Tensor | None = None  # (n, blocks): the exact AR terms (block estimators)
+    token_logp: torch.Tensor | None = None  # (n, T): each completion token's own term (trajectory)
 
 
 def _log_probs_at(policy, hidden, rows, slots, targets, temperature: float) -> torch.Tensor:
@@ -120,7 +150,15 @@ def d1(policy, batch: ScoringBatch, key: tuple[int, ...], p_mask: float) -> Esti
 
 
 # ---------------------------------------------------------------------------------------------
-# block-unit estimators: each plans masks (n, D, T) and coefficients (n, D, blocks); one shared pass
+# block-unit estimators: each plans masks (n, D, T) and coefficients (n, D, sub-blocks); one shared pass
+
+
+def sub_block_of(policy, batch: ScoringBatch) -> int:
+    """The sub-block size the samples were decoded with: the batch's, else the policy's (as the sampler)."""
+    S = batch.sub_block or policy.sub_block
+    if S < 1 or policy.block_size % S:
+        raise ValueError(f"sub_block {S} must divide the block size {policy.block_size}")
+    return S
 
 
 def _maskable(batch: ScoringBatch, block_size: int) -> torch.Tensor:
@@ -137,47 +175,49 @@ def _draw_uniforms(batch: ScoringBatch, key, draws: int, shape, purpose: int) ->
     ]).to(batch.ids.device)
 
 
-def _ranks(scores: torch.Tensor, maskable: torch.Tensor, block_size: int) -> torch.Tensor:
-    """Rank of each maskable position inside its block by ``scores`` (a uniformly random order)."""
+def _ranks(scores: torch.Tensor, maskable: torch.Tensor, group: int) -> torch.Tensor:
+    """Rank of each maskable position inside its group of ``group`` positions (a sub-block) by ``scores``."""
     shape = scores.shape
-    keyed = torch.where(maskable, scores, torch.inf).reshape(*shape[:-1], -1, block_size)
+    keyed = torch.where(maskable, scores, torch.inf).reshape(*shape[:-1], -1, group)
     return keyed.argsort(-1).argsort(-1).reshape(shape)
 
 
-def _blocks(values: torch.Tensor, block_size: int) -> torch.Tensor:
-    return values.repeat_interleave(block_size, -1)
+def _blocks(values: torch.Tensor, size: int) -> torch.Tensor:
+    """Per-group values (..., T/size) spread over the positions of each group (..., T)."""
+    return values.repeat_interleave(size, -1)
 
 
 def block_masked(policy, batch: ScoringBatch, key: tuple[int, ...]) -> Estimate:
+    S = sub_block_of(policy, batch)
     maskable = _maskable(batch, policy.block_size)
     n, T = maskable.shape
-    coef = torch.ones(n, 1, T // policy.block_size, device=maskable.device)
-    return _block_estimate(policy, batch, maskable[:, None], coef)
+    coef = torch.ones(n, 1, T // S, device=maskable.device)
+    return _block_estimate(policy, batch, maskable[:, None], coef, S)
 
 
 def block_elbo(policy, batch: ScoringBatch, key: tuple[int, ...], draws: int, form: str, antithetic: bool) -> Estimate:
-    B = policy.block_size
-    maskable = _maskable(batch, B)[:, None]  # (n, 1, T)
+    S = sub_block_of(policy, batch)
+    maskable = _maskable(batch, policy.block_size)[:, None]  # (n, 1, T)
     n, _, T = maskable.shape
-    m = maskable.reshape(n, 1, -1, B).sum(-1).float()  # (n, 1, blocks)
+    m = maskable.reshape(n, 1, -1, S).sum(-1).float()  # (n, 1, sub-blocks): m_s
     independent = draws // 2 if antithetic else draws
-    level = _draw_uniforms(batch, key, independent, (T // B,), purpose=0)  # (n, K', blocks)
+    level = _draw_uniforms(batch, key, independent, (T // S,), purpose=0)  # (n, K', sub-blocks)
     order = _draw_uniforms(batch, key, independent, (T,), purpose=1)  # (n, K', T)
     if form == "uniform":
-        masks = (order <= _blocks(level, B)) & maskable
+        masks = (order <= _blocks(level, S)) & maskable
         coef = 1.0 / level
         if antithetic:
             masks = torch.cat([masks, maskable & ~masks], 1)
             coef = torch.cat([coef, 1.0 / (1.0 - level).clamp_min(1e-12)], 1)
     else:
-        count = torch.ceil(level * m).clamp_min(1)  # l ~ U{1..m}
-        ranks = _ranks(order, maskable, B)
-        masks = (ranks < _blocks(count, B)) & maskable
+        count = torch.ceil(level * m).clamp_min(1)  # l ~ U{1..m_s}
+        ranks = _ranks(order, maskable, S)
+        masks = (ranks < _blocks(count, S)) & maskable
         coef = m / count
         if antithetic:  # partner: ranks >= l-1, i.e. not M plus M's last element: size m+1-l
-            masks = torch.cat([masks, (ranks >= _blocks(count - 1, B)) & maskable], 1)
+            masks = torch.cat([masks, (ranks >= _blocks(count - 1, S)) & maskable], 1)
             coef = torch.cat([coef, m / (m + 1 - count).clamp_min(1)], 1)
-    return _block_estimate(policy, batch, masks, coef / draws, monte_carlo=True)
+    return _block_estimate(policy, batch, masks, coef / draws, S, monte_carlo=True)
 
 
 def gauss_legendre_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -187,47 +227,100 @@ def gauss_legendre_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def block_gauss_legendre(policy, batch: ScoringBatch, key: tuple[int, ...], nodes: int, exact_count: bool) -> Estimate:
-    B = policy.block_size
-    maskable = _maskable(batch, B)[:, None]
+    S = sub_block_of(policy, batch)
+    maskable = _maskable(batch, policy.block_size)[:, None]
     n, _, T = maskable.shape
     t, w = (torch.tensor(v, dtype=torch.float32, device=maskable.device) for v in gauss_legendre_nodes(nodes))
     order = _draw_uniforms(batch, key, nodes, (T,), purpose=1)  # one mask per node
     if exact_count:
-        m = maskable.reshape(n, 1, -1, B).sum(-1).float()
-        count = torch.ceil(t[None, :, None] * m).clamp_min(1)  # (n, nodes, blocks)
-        masks = (_ranks(order, maskable, B) < _blocks(count, B)) & maskable
+        m = maskable.reshape(n, 1, -1, S).sum(-1).float()
+        count = torch.ceil(t[None, :, None] * m).clamp_min(1)  # (n, nodes, sub-blocks)
+        masks = (_ranks(order, maskable, S) < _blocks(count, S)) & maskable
         coef = w[None, :, None] * m / count
     else:
         masks = (order <= t[None, :, None]) & maskable
-        coef = (w / t)[None, :, None].expand(n, nodes, T // B)
-    return _block_estimate(policy, batch, masks, coef)
+        coef = (w / t)[None, :, None].expand(n, nodes, T // S)
+    return _block_estimate(policy, batch, masks, coef, S)
 
 
-def _block_estimate(policy, batch: ScoringBatch, masks, coef, monte_carlo: bool = False) -> Estimate:
-    """Σ over blocks' first-token terms + Σ_d coef[d, block] Σ_{i in M_d} log p_d(y_i), per block."""
+def _packed_forward(policy, batch: ScoringBatch, views: torch.Tensor):
+    """One forward of [clean | views]: hidden states, the layout, and the (n, blocks) first-token terms."""
     B = policy.block_size
-    n, D, T = masks.shape
+    n, V, T = views.shape
     start = int(batch.prompt_lengths.min()) // B * B
-    layout = PackedLayout(T, B, n_noisy=D, noisy_start=start)
-    noisy = torch.where(masks, policy.mask_id, batch.ids[:, None])[:, :, start:]
+    layout = PackedLayout(T, B, n_noisy=V, noisy_start=start)
+    noisy = torch.where(views, policy.mask_id, batch.ids[:, None])[:, :, start:]
     hidden = policy.packed_hidden(batch.ids, batch.valid, noisy, layout)
-    blocks = T // B
-    device = hidden.device
-
-    first = batch.completion & (torch.arange(T, device=device) % B == 0)[None]
+    first = batch.completion & (torch.arange(T, device=hidden.device) % B == 0)[None]
     rows, pos = first.nonzero(as_tuple=True)
     first_terms = _log_probs_at(policy, hidden, rows, layout.predictor_index(pos), batch.ids[rows, pos], batch.temperature)
-    first_logp = torch.zeros(n, blocks, device=device).index_put((rows, pos // B), first_terms, accumulate=True)
+    first_logp = torch.zeros(n, T // B, device=hidden.device).index_put((rows, pos // B), first_terms, accumulate=True)
+    return hidden, layout, first_logp
+
+
+def _block_estimate(policy, batch: ScoringBatch, masks, coef, sub_block: int, monte_carlo: bool = False) -> Estimate:
+    """Σ over blocks' first-token terms + Σ_d coef[d, sub-block] Σ_{i in M_d} log p_d(y_i), per block.
+
+    Mask d of sub-block s is scored in its own view (``sub_block_views``): earlier sub-blocks clean,
+    later sub-blocks masked, as the sampler saw them; D masks of B/S sub-blocks take D·B/S views.
+    """
+    B, S = policy.block_size, sub_block
+    n, D, T = masks.shape
+    views = sub_block_views(masks, _maskable(batch, B)[:, None], B, S)
+    hidden, layout, first_logp = _packed_forward(policy, batch, views)
+    blocks = T // B
 
     rows, draw, pos = masks.nonzero(as_tuple=True)
-    slots = layout.predictor_index(pos, draw + 1)
+    slots = layout.predictor_index(pos, sub_block_stream(draw, pos, B, S) + 1)
     inner = _log_probs_at(policy, hidden, rows, slots, batch.ids[rows, pos], batch.temperature)
-    weighted = inner * coef[rows, draw, pos // B]
-    inner_by_draw = torch.zeros(n, D, blocks, device=device).index_put((rows, draw, pos // B), weighted, accumulate=True)
+    weighted = inner * coef[rows, draw, pos // S]
+    inner_by_draw = torch.zeros(n, D, blocks, device=hidden.device).index_put((rows, draw, pos // B), weighted, accumulate=True)
     units = batch.completion.reshape(n, blocks, B).any(-1)
     # Monte Carlo: each draw alone (first-token term + D x its weighted inner sum) is unbiased too
     draw_values = first_logp[:, None] + D * inner_by_draw if monte_carlo else None
     return Estimate(first_logp + inner_by_draw.sum(1), units, masks, n * layout.total, draw_values, first_logp)
+
+
+def trajectory(policy, batch: ScoringBatch, key: tuple[int, ...]) -> Estimate:
+    """Exact log-probability of the recorded decoding trajectory, per block (``batch.steps`` needed).
+
+    The sampler, at each decoding step of a block, forwards the block in its current state (tokens
+    decoded at earlier steps visible, the rest masked, later sub-blocks included), draws a token for
+    each candidate position and commits some of them. The trajectory's probability is the product
+    over steps of p_θ(committed tokens | that state) times the probability of which positions were
+    committed. Under ``order: random`` that choice is uniform, independent of θ, so this estimate is
+    log π_θ(trajectory) up to a constant and its ratios between policies are exact. Under
+    ``order: confidence`` the choice depends on θ through the drawn tokens' probabilities (and on
+    draws that were discarded); it is treated as given, so this is the exact log-probability of the
+    committed tokens along the recorded order. The first token of a block is its AR term, as in the
+    other block estimators. Token i's term is log p(y_i | positions of earlier steps visible): the
+    block's (v+1)-th step is view v (``step_views``), so a block of V steps costs V·B tokens in the
+    one packed forward. Deterministic: ``key`` is unused. Unit: block (see ``ESTIMATORS``). At the
+    batch's temperature (0: the untempered probabilities greedy rows report), without top-p
+    truncation (RL rollouts keep top_p = 1): then each term is the log of the probability the
+    sampler recorded drawing that token with.
+    """
+    if batch.steps is None:
+        raise ValueError("the trajectory estimator needs the sampler's recorded steps: build the ScoringBatch "
+                         "with steps=Generation.steps")
+    B = policy.block_size
+    maskable = _maskable(batch, B)
+    if (batch.steps[maskable] < 0).any():
+        raise ValueError("trajectory: a denoised completion position has no recorded step")
+    n, T = maskable.shape
+    ranks = step_ranks(batch.steps, maskable, B)
+    views = step_views(ranks, int(ranks.max()) + 1 if maskable.any() else 0)
+    hidden, layout, first_logp = _packed_forward(policy, batch, views)
+
+    rows, pos = maskable.nonzero(as_tuple=True)
+    slots = layout.predictor_index(pos, ranks[rows, pos] + 1)
+    inner = _log_probs_at(policy, hidden, rows, slots, batch.ids[rows, pos], batch.temperature)
+    logp = first_logp.index_put((rows, pos // B), inner, accumulate=True)
+    first = batch.completion & ~maskable
+    token_logp = torch.zeros(n, T, device=hidden.device).index_put((rows, pos), inner)
+    token_logp = token_logp.index_put(first.nonzero(as_tuple=True), first_logp.repeat_interleave(B, -1)[first])
+    units = batch.completion.reshape(n, T // B, B).any(-1)
+    return Estimate(logp, units, views, n * layout.total, None, first_logp, token_logp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,7 +347,7 @@ ElboForm = Literal["count", "uniform"]
 @dataclass(frozen=True)
 class ElboOptions(Checked):
     draws: int = 2  # Monte Carlo draws per block, sharing one clean stream
-    form: ElboForm = "count"  # count: l ~ U{1..m}, weight m/l; uniform: t ~ U(0,1], weight 1/t
+    form: ElboForm = "count"  # count: l ~ U{1..m}, weight m/l; uniform: t ~ U(0,1], weight 1/t (infinite variance)
     antithetic: bool = False  # pair each draw with its complement
 
     def problems(self):
@@ -266,8 +359,8 @@ class ElboOptions(Checked):
 
 @dataclass(frozen=True)
 class GaussLegendreOptions(Checked):
-    nodes: int = 2  # quadrature nodes; with Bernoulli masks, >= ceil(m/2) make it unbiased for the ELBO
-    exact_count: bool = False  # |M| = ceil(t m) masks: lower variance, biased at every node count
+    nodes: int = 2  # quadrature nodes; with Bernoulli masks (exact_count off), >= ceil(m_s/2) make it unbiased
+    exact_count: bool = False  # |M| = ceil(t m_s) masks: lower variance, biased at every node count
 
     def problems(self):
         if self.nodes < 1:
@@ -287,6 +380,9 @@ ESTIMATORS = {
     "masked": Estimator(block_masked, "block", NoOptions),
     "elbo": Estimator(block_elbo, "block", ElboOptions),
     "gauss_legendre": Estimator(block_gauss_legendre, "block", GaussLegendreOptions),
+    # block: one ratio per block, like the other block estimators (block_grpo compares them unit for
+    # unit); the tokens of one decoding step are one joint action, which a token unit would split
+    "trajectory": Estimator(trajectory, "block", NoOptions),
 }
 BLOCK_ESTIMATORS = tuple(name for name, spec in ESTIMATORS.items() if spec.unit == "block")
 

@@ -5,6 +5,13 @@ and the estimator report (``arena estimators``) on small blocks only. All are bu
 forward of the HF model with an attention mask written out here by position loops, independent of
 ``arena.model.layout``: the block under study attends to itself and to the clean prefix before it, the
 prefix is block-causal.
+
+Sub-blocks: the sampler decodes a block sub-block by sub-block, left to right, the later sub-blocks
+masked meanwhile. Its likelihood of a block is the chain Σ_s log p(sub-block s | prefix, earlier
+sub-blocks clean, later ones masked), each term the random-order likelihood of that sub-block's
+positions (``sub_block_chain``: one enumeration per sub-block, with the later positions held masked),
+and the matching ELBO is the sum of the per-sub-block analytic ELBOs. Sub-block = block gives the
+whole-block quantities.
 """
 from __future__ import annotations
 
@@ -30,21 +37,34 @@ def next_token_logprobs(policy, sequences: torch.Tensor, temperature: float = 1.
     return torch.log_softmax(logits / temperature, dim=-1)
 
 
-def conditionals(policy, prefix: list[int], block: list[int], masked: list[int], temperature: float = 1.0):
+def conditionals(policy, prefix: list[int], block: list[int], masked: list[int], temperature: float = 1.0,
+                 held: list[int] = ()):
     """For every subset V of the ``masked`` in-block positions kept visible: log p(block[i] | prefix, V).
 
-    Returns {frozenset(V): {i: log p}} for i in masked \\ V. ``block`` holds the true tokens.
+    Returns {frozenset(V): {i: log p}} for i in masked \\ V. ``block`` holds the true tokens; the
+    in-block positions ``held`` are masked in every row (the later sub-blocks), the others shown.
     """
+    return conditionals_many(policy, prefix, [block], masked, temperature, held)[0]
+
+
+def conditionals_many(policy, prefix: list[int], blocks: list[list[int]], masked: list[int], temperature: float = 1.0,
+                      held: list[int] = (), rows_per_forward: int = 4096) -> list[dict]:
+    """``conditionals`` of several blocks after the same prefix, in forwards of many rows."""
     subsets = [frozenset(s) for r in range(len(masked) + 1) for s in itertools.combinations(masked, r)]
     rows = []
-    for visible in subsets:
-        noisy = [t if (i not in masked or i in visible) else policy.mask_id for i, t in enumerate(block)]
-        rows.append(prefix + noisy)
-    logp = next_token_logprobs(policy, torch.tensor(rows, device=policy.device), temperature)
-    start = len(prefix)
-    out = {}
-    for row, visible in enumerate(subsets):
-        out[visible] = {i: float(logp[row, start + i - 1, block[i]]) for i in masked if i not in visible}
+    for block in blocks:
+        for visible in subsets:
+            noisy = [policy.mask_id if i in held or (i in masked and i not in visible) else t for i, t in enumerate(block)]
+            rows.append(prefix + noisy)
+    start, out = len(prefix), []
+    for lo in range(0, len(rows), rows_per_forward):
+        logp = next_token_logprobs(policy, torch.tensor(rows[lo : lo + rows_per_forward], device=policy.device), temperature)
+        for row in range(logp.shape[0]):
+            index = lo + row
+            block, visible = blocks[index // len(subsets)], subsets[index % len(subsets)]
+            if index % len(subsets) == 0:
+                out.append({})
+            out[-1][visible] = {i: float(logp[row, start + i - 1, block[i]]) for i in masked if i not in visible}
     return out
 
 
@@ -77,15 +97,49 @@ def analytic_elbo(cond: dict, masked: list[int]) -> float:
 
 
 @dataclass
+class OracleSubBlock:
+    """Exact terms of one sub-block: its denoised positions, held-masked later positions, conditionals."""
+
+    masked: list[int]  # in-block positions the sampler denoises in this sub-block
+    held: list[int]  # denoised positions of the later sub-blocks: masked throughout
+    cond: dict  # conditionals(...) given the earlier sub-blocks clean and ``held`` masked
+    elbo: float  # analytic ELBO of this sub-block's random-order likelihood
+    exact: float  # exact log-probability of this sub-block under the random-order sampler
+
+
+def sub_block_chain(policy, prefix: list[int], block: list[int], masked: list[int], sub_block: int,
+                    temperature: float = 1.0) -> list[OracleSubBlock]:
+    """The sampler's chain over sub-blocks of size ``sub_block`` (positions i // sub_block), left to right."""
+    return sub_block_chains(policy, prefix, [block], masked, sub_block, temperature)[0]
+
+
+def sub_block_chains(policy, prefix: list[int], blocks: list[list[int]], masked: list[int], sub_block: int,
+                     temperature: float = 1.0) -> list[list[OracleSubBlock]]:
+    """``sub_block_chain`` of several blocks after the same prefix (batched forwards)."""
+    chains = [[] for _ in blocks]
+    for s in sorted({i // sub_block for i in masked}):
+        mine = [i for i in masked if i // sub_block == s]
+        held = [i for i in masked if i // sub_block > s]
+        for chain, cond in zip(chains, conditionals_many(policy, prefix, blocks, mine, temperature, held)):
+            chain.append(OracleSubBlock(mine, held, cond, analytic_elbo(cond, mine), exact_random_order_logprob(cond, mine)))
+    return chains
+
+
+@dataclass
 class OracleBlock:
-    """Exact terms of one completion block: its first-token term and the inner ELBO / log-lik."""
+    """Exact terms of one completion block: its first-token term and the inner ELBO / log-lik (sub-block chain)."""
 
     index: int
     first: float  # log p of the AR first token from the clean previous block; 0 for the prompt-tail block
-    inner_elbo: float
-    inner_exact: float
-    cond: dict  # conditionals(...) of the block, for further exact quantities
-    masked: list[int]
+    parts: list[OracleSubBlock]  # one per sub-block holding denoised positions
+
+    @property
+    def inner_elbo(self) -> float:
+        return sum(part.elbo for part in self.parts)
+
+    @property
+    def inner_exact(self) -> float:
+        return sum(part.exact for part in self.parts)
 
     @property
     def elbo(self) -> float:
@@ -96,9 +150,12 @@ class OracleBlock:
         return self.first + self.inner_exact
 
 
-def completion_blocks(policy, prompt: list[int], completion: list[int], temperature: float = 1.0):
-    """Exact per-block terms of a completion that covers whole blocks (as the sampler returns them)."""
+def completion_blocks(policy, prompt: list[int], completion: list[int], temperature: float = 1.0,
+                      sub_block: int | None = None):
+    """Exact per-block terms of a completion that covers whole blocks (as the sampler returns them), for
+    the sampler with sub-blocks of ``sub_block`` (None: the policy's; the block size: whole blocks)."""
     B, full = policy.block_size, list(prompt) + list(completion)
+    S = sub_block or policy.sub_block
     for k in range(len(prompt) // B, -(-len(full) // B)):
         block = full[k * B : (k + 1) * B]
         masked = [i for i in range(1, len(block)) if k * B + i >= len(prompt)]
@@ -106,5 +163,4 @@ def completion_blocks(policy, prompt: list[int], completion: list[int], temperat
         if k * B >= len(prompt):
             prefix = torch.tensor([full[: k * B]], device=policy.device)
             first = float(next_token_logprobs(policy, prefix, temperature)[0, -1, block[0]])
-        cond = conditionals(policy, full[: k * B], block, masked, temperature)
-        yield OracleBlock(k, first, analytic_elbo(cond, masked), exact_random_order_logprob(cond, masked), cond, masked)
+        yield OracleBlock(k, first, sub_block_chain(policy, full[: k * B], block, masked, S, temperature))

@@ -1,8 +1,10 @@
 """``arena estimators`` on a small random-init policy: records, the bias verdicts, and the report it writes.
 
+The policy decodes sub-blocks of 2 in blocks of 4, and the report must be sub-block aware: sampled with that
+sub-block, every block estimator scored with it, the references the sub-block-chain ELBO and log-likelihood.
 The bias checks are z-tests with the report's own stderr: the Monte Carlo ELBO (and Gauss-Legendre with
-n >= ceil(m/2) nodes, m <= 3 here) must lie within 5 stderr of the analytic ELBO. The keys are fixed,
-so the outcome is deterministic; a fresh key would fail with probability about 6e-7 per check.
+n >= ceil(m_s/2) nodes, m_s <= 2 here) must lie within 5 stderr of the analytic sub-block-chain ELBO. The keys
+are fixed, so the outcome is deterministic; a fresh key would fail with probability about 6e-7 per check.
 """
 import json
 
@@ -11,10 +13,12 @@ import pytest
 from arena.cli import build_parser
 from arena.estimators import measure, settings
 from arena.report import write_estimators
+import arena.estimators
 from methods.likelihood import ESTIMATORS
 from rewards import get_task
 
-FIELDS = {"estimator", "draws", "nodes", "block_size", "bias", "bias_stderr", "std", "forward_tokens", "seconds"}
+FIELDS = {"estimator", "draws", "nodes", "block_size", "sub_block", "bias", "bias_stderr", "std", "forward_tokens",
+          "seconds"}
 
 
 def arithmetic_prompts(policy, n):
@@ -26,6 +30,29 @@ def arithmetic_prompts(policy, n):
 def report(tiny_policy):
     return measure(tiny_policy, arithmetic_prompts(tiny_policy, 4), draws=(1, 2), nodes=(1, 2), repeats=48,
                    max_new_tokens=8, progress=False)
+
+
+def test_samples_with_the_policys_sub_block(tiny_policy, monkeypatch):
+    """The completions come from the random-order sampler with the policy's own sub-block (2 in blocks of 4),
+    their steps recorded, and the scoring batch carries that sub-block."""
+    seen = {}
+    generate, score = arena.estimators.generate, arena.estimators.score
+
+    def recording_generate(policy, prompts, config, seed):
+        seen["config"] = config
+        return generate(policy, prompts, config, seed=seed)
+
+    def recording_score(policy, batch, setting, key, repeats):
+        seen.setdefault("batches", []).append(batch)
+        return score(policy, batch, setting, key, repeats)
+
+    monkeypatch.setattr(arena.estimators, "generate", recording_generate)
+    monkeypatch.setattr(arena.estimators, "score", recording_score)
+    measured = measure(tiny_policy, arithmetic_prompts(tiny_policy, 2), draws=(1,), nodes=(1,), repeats=2,
+                       max_new_tokens=4, progress=False)
+    assert (seen["config"].order, seen["config"].sub_block, seen["config"].temperature) == ("random", 2, 1.0)
+    assert measured.sub_block == 2 and all(r["sub_block"] == 2 for r in measured.records)
+    assert all(b.sub_block == 2 and b.steps is not None for b in seen["batches"])
 
 
 def test_records_cover_every_estimator_with_their_fields(report):
@@ -40,6 +67,11 @@ def test_records_cover_every_estimator_with_their_fields(report):
         ("form=count", 1), ("form=count", 2), ("form=count antithetic", 2)}
     by_streams = {r["draws"]: r["forward_tokens"] for r in elbo}
     assert by_streams[2] > by_streams[1]  # one more noisy stream costs more
+    masked = next(r for r in report.records if r["estimator"] == "masked")
+    ar = next(r for r in report.records if r["estimator"] == "ar")  # the clean stream alone: T per sequence
+    count = {r["draws"]: r["forward_tokens"] for r in elbo if r["variant"] == "form=count"}
+    assert masked["forward_tokens"] == count[1]  # one mask each, scored in one view per sub-block
+    assert count[2] - ar["forward_tokens"] == pytest.approx(2 * (count[1] - ar["forward_tokens"]))  # views per mask
 
 
 def test_monte_carlo_elbo_is_unbiased_and_block_masked_is_not(report):
@@ -55,13 +87,21 @@ def test_monte_carlo_elbo_is_unbiased_and_block_masked_is_not(report):
         assert r["bias_exact"] - r["bias"] <= 1e-6
 
 
+def test_trajectory_is_reported_deterministic_and_above_the_elbo(report):
+    """trajectory: one value per block (std 0), log p(y | recorded order). Its expectation is log P(y) + KL(order
+    posterior || uniform) >= the exact log-lik >= the ELBO, so over the sampled blocks it lies above the ELBO."""
+    trajectory = next(r for r in report.records if r["estimator"] == "trajectory")
+    assert trajectory["std"] == 0.0 and trajectory["bias_stderr"] == 0.0
+    assert trajectory["bias"] > 0 and trajectory["bias_exact"] is not None
+
+
 def test_settings_follow_the_estimator_table():
     """Every estimator, each flag both ways, each enumerated option over its values, counts from the lists."""
     found = {(s.estimator, s.variant, s.count) for s in settings([1, 3], [2])}
     assert found == {
         ("ar", "", None), ("d1", "p_mask=0.15", None), ("masked", "", None),
         ("elbo", "form=count", 1), ("elbo", "form=count", 3), ("elbo", "form=uniform", 1), ("elbo", "form=uniform", 3),
-        ("gauss_legendre", "", 2), ("gauss_legendre", "exact_count", 2),
+        ("gauss_legendre", "", 2), ("gauss_legendre", "exact_count", 2), ("trajectory", "", None),
     }  # antithetic draws come in pairs: none with K = 1 or 3
 
 
@@ -69,7 +109,8 @@ def test_writes_json_table_and_figure(report, tmp_path):
     paths = write_estimators(report, tmp_path / "out")
     assert json.loads(paths["json"].read_text()) == report.records
     text = paths["md"].read_text()
-    assert "Columns" in text and "**bias ± stderr**" in text and "reference: the analytic ELBO" in text
+    assert "Columns" in text and "**bias ± stderr**" in text and "reference: the analytic sub-block-chain ELBO" in text
+    assert "sub-blocks of 2" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| estimator")]
     assert [row.split(" | ")[:2] for row in rows] == [[f"| {r['estimator']}", r["variant"]] for r in report.records]
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -14,6 +14,17 @@ attends to itself (stream s, bidirectional) and to clean blocks < k. One forward
 block of every stream: the first token of block k from the clean stream at kB-1, every other
 position j from its own noisy stream at j-1. K noisy streams share one clean stream (DESIGN §4).
 
+What a noisy stream shows is a view of the clean sequence with some positions replaced by the mask
+token. Two families of views follow the sampler, which decodes a block sub-block by sub-block, left
+to right, later sub-blocks masked until their turn (``arena.model.sampler``):
+- ``sub_block_views``: for mask d and in-block sub-block index s, the view shows mask d inside
+  sub-block s, earlier sub-blocks clean, the maskable positions of later sub-blocks masked; stream
+  d * (B / S) + s (``sub_block_stream``). With S = B it is mask d itself, in stream d.
+- ``step_views``: view v shows the state the sampler was in at a block's (v+1)-th decoding step:
+  positions decoded at earlier steps clean, the others masked (``step_ranks``).
+Each is a whole block (the masked later positions are keys the sampler attended to), so K views of
+every block cost K x T noisy tokens in one forward.
+
 Masks are dense booleans (True = may attend) of shape (batch, 1, queries, keys), the format SDPA
 takes on CPU and GPU alike; key validity (padding) is folded in per row.
 """
@@ -115,3 +126,52 @@ class PackedLayout:
         block_start = positions % self.block_size == 0
         noisy_slot = self.length + (stream - 1) * self.noisy_length + (positions - 1 - self.noisy_start)
         return torch.where(block_start, positions - 1, noisy_slot)
+
+
+# ---------------------------------------------------------------------------------------------
+# views of the noisy streams: what the sampler saw (sub-blocks, decoding steps)
+
+
+def sub_block_index(positions: torch.Tensor, block_size: int, sub_block: int) -> torch.Tensor:
+    """In-block index of the sub-block holding each absolute position: (j mod B) // S."""
+    return torch.div(positions % block_size, sub_block, rounding_mode="floor")
+
+
+def sub_block_views(masks: torch.Tensor, maskable: torch.Tensor, block_size: int, sub_block: int) -> torch.Tensor:
+    """(n, D * B/S, T) views of the sub-block chain from masks (n, D, T) and maskable (n, 1 or D, T).
+
+    Stream d * (B/S) + s shows mask d inside in-block sub-block s of every block, the positions of
+    earlier sub-blocks clean and the maskable positions of later sub-blocks masked: the state of the
+    sampler while it decoded sub-block s. With sub_block = block_size the views are ``masks``.
+    """
+    n, D, T = masks.shape
+    index = sub_block_index(torch.arange(T, device=masks.device), block_size, sub_block)
+    views = [(masks & (index == s)) | (maskable & (index > s)) for s in range(block_size // sub_block)]
+    return torch.stack(views, 2).reshape(n, D * len(views), T)
+
+
+def sub_block_stream(draw: torch.Tensor, positions: torch.Tensor, block_size: int, sub_block: int) -> torch.Tensor:
+    """0-based stream of ``sub_block_views`` that scores mask ``draw`` at ``positions`` (its own sub-block's view)."""
+    return draw * (block_size // sub_block) + sub_block_index(positions, block_size, sub_block)
+
+
+def step_ranks(steps: torch.Tensor, maskable: torch.Tensor, block_size: int) -> torch.Tensor:
+    """(n, T) rank of each maskable position's decoding step among the distinct steps of its block.
+
+    ``steps`` (n, T): the forward step at which the sampler decoded each position. Positions decoded
+    together (one step, confidence threshold < 1) share a rank; elsewhere the rank is -1.
+    """
+    n, T = steps.shape
+    s = torch.where(maskable, steps, -1).reshape(n, T // block_size, block_size)
+    m = maskable.reshape(n, T // block_size, block_size)
+    earlier = m[:, :, None, :] & (s[:, :, None, :] < s[:, :, :, None])  # [i, j]: j decoded before i
+    same = m[:, :, None, :] & (s[:, :, None, :] == s[:, :, :, None])
+    first_of_step = ~(same & torch.ones(block_size, block_size, dtype=torch.bool, device=steps.device).tril(-1)).any(-1)
+    rank = (earlier & first_of_step[:, :, None, :]).sum(-1)  # distinct earlier steps
+    return torch.where(m, rank, -1).reshape(n, T)
+
+
+def step_views(ranks: torch.Tensor, views: int) -> torch.Tensor:
+    """(n, views, T): view v masks every position of step rank >= v (its own step and the later ones)."""
+    v = torch.arange(views, device=ranks.device)[None, :, None]
+    return ranks[:, None, :] >= v

@@ -60,6 +60,20 @@ def test_step_consumes_changes_and_round_trips(method_name):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=f"{method_name}: {name} diverged after resume")
 
 
+@pytest.mark.parametrize("estimator", ["masked", "gauss_legendre", "trajectory"])  # elbo: the default, above
+def test_block_grpo_takes_every_block_estimator(estimator):
+    """block_grpo accepts each block estimator of methods.likelihood.ESTIMATORS by name, like the default: a step
+    on the tiny model (sub-blocks of 2 in blocks of 4) moves the parameters with finite statistics."""
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    method = make_method("block_grpo", policy, {**SMOKE["block_grpo"], "estimator": estimator}, seed=0)
+    before = trainable_snapshot(policy)
+    result = method.step(prompts_for(policy), share_of_ones, step=0)
+    assert all(math.isfinite(v) for v in result.stats.values()), result.stats
+    assert result.consumption.forward_tokens > result.consumption.tokens
+    after = trainable_snapshot(policy)
+    assert any(not torch.equal(before[n], after[n]) for n in after), f"{estimator}: no trainable parameter moved"
+
+
 def test_step_reports_the_common_statistics(method_name):
     """Recomputed from outside: the rewards the method asked for, and the trainable parameters moved."""
     policy = sharpen(build_policy(SMALL), std=0.1)

@@ -1,7 +1,11 @@
 """The GRPO family: learning on a toy reward, mask keying across inner iterations, the μ=1 identity,
-the frozen reference scored through a view, and two gloo processes computing what one computes."""
+the frozen reference scored through a view, and two gloo processes computing what one computes.
+Non-finite safety: a zero reward moves nothing, exactly; log-ratios are clamped and counted; a NaN
+reward or gradient skips the step, and too many in a row stop the run with a named error."""
 import datetime
+import math
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -10,8 +14,9 @@ from arena.model.sampler import SamplerConfig, generate
 from arena.model.tiny import build_policy
 from conftest import SMALL, digit_share, sharpen
 from methods import likelihood
-from methods.base import COMMON_STATS, make_method
-from methods.grpo import GRPOConfig, clipped_objective
+from arena.config import ConfigError
+from methods.base import COMMON_STATS, NonFiniteError, make_method
+from methods.grpo import LOG_RATIO_BOUND, GRPOConfig, clamped_units, clipped_objective
 
 ARMS = {
     "grpo": {},
@@ -115,8 +120,8 @@ def test_step_statistics_have_consistent_names():
         assert stats["ratio_mean"] == 1.0 and stats["clip_frac"] == 0.0  # μ = 1: θ_old = θ
         names = names or set(stats)
         assert set(stats) == names
-    assert {"loss", "frac_zero_std_groups", "clip_frac", "kl", "ratio_mean", "ratio_max", "estimator_std",
-            "grad_norm", "completion_length", *COMMON_STATS} <= names
+    assert {"loss", "frac_zero_std_groups", "clip_frac", "clamped_frac", "skipped_steps", "kl", "ratio_mean",
+            "ratio_max", "estimator_std", "grad_norm", "completion_length", *COMMON_STATS} <= names
 
 
 def _replica(rank: int, world: int, directory: str) -> None:
@@ -160,3 +165,122 @@ def test_two_gloo_processes_match_one(tmp_path):
     assert differences.max() < 0.05 * 4 * 1e-4
     assert (differences > 1e-7).float().mean() < 1e-3
     assert sum(not torch.equal(one[n], start[n].detach()) for n in one) == len(one)
+
+
+# ---------------------------------------------------------------------------------------------
+# non-finite safety (issue 11, item 3)
+
+# The reproduction: a random tiny model with a x10 output layer, ELBO with 2 draws, β = 0.04, μ = 3,
+# micro-batches of 2, lr 3e-3. Before the fix, a zero reward moved every parameter (the reference was
+# scored on the whole batch, θ on micro-batches: ref - logp ~ 1e-6, which Adam makes a full-lr step),
+# and further on overflowed exp(ref - logp) into NaN parameters.
+UNSTABLE = {"estimator": "elbo", "draws": 2, "beta": 0.04, "inner_iterations": 3, "micro_batch": 2, "lr": 3e-3,
+            "group_size": 4, "max_new_tokens": 8}
+
+
+def unstable_policy():
+    policy = build_policy(SMALL)
+    with torch.no_grad():
+        policy.model.get_output_embeddings().weight.mul_(10)
+    return policy
+
+
+def parameters(policy) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+
+
+def unchanged(policy, before) -> bool:
+    return all(torch.equal(p, before[n]) for n, p in policy.model.named_parameters())
+
+
+def test_a_zero_reward_moves_nothing_exactly():
+    policy = unstable_policy()
+    method = make_method("block_grpo", policy, UNSTABLE, seed=0)
+    before = parameters(policy)
+    for step in range(2):
+        stats = method.step([policy.encode(p) for p in PROMPTS[:2]], lambda i, text: 0.0, step).stats
+        assert stats["completion_length"] > 4  # the batch is not empty: units were scored
+        assert (stats["kl"], stats["grad_norm"], stats["update_norm"], stats["ratio_max"]) == (0, 0, 0, 1)
+    assert all(torch.isfinite(p).all() for p in policy.model.parameters())
+    assert unchanged(policy, before), "a zero reward moved the policy"
+
+
+def test_log_ratios_are_clamped_before_exp_and_counted():
+    logp = torch.tensor([[0.0, -100.0, 100.0, -5.0]], requires_grad=True)
+    old = torch.tensor([[0.0, 0.0, 0.0, -5.0]])
+    ref = torch.tensor([[0.0, 0.0, 0.0, -5.0 + 100.0]])  # unit 3: 100 nats above θ, e^100 overflows float32
+    units = torch.ones(1, 4, dtype=torch.bool)
+    config = GRPOConfig(beta=0.04)
+    terms, ratio, kl = clipped_objective(logp, old, ref, torch.tensor([-1.0]), units, config)
+    bound = LOG_RATIO_BOUND
+    assert torch.equal(ratio.detach(), torch.exp(torch.tensor([[0.0, -bound, bound, 0.0]])))
+    assert torch.isfinite(terms).all() and torch.isfinite(kl).all()
+    (gradient,) = torch.autograd.grad(terms.sum(), logp)
+    assert torch.isfinite(gradient).all()
+    # k3 beyond the bound continues along its tangent: finite, and still pulling θ back to the reference
+    assert gradient[0, 3] == pytest.approx(-config.beta * (math.exp(bound) - 1), rel=1e-5)
+    assert kl[0, 1] > 0 and kl[0, 2] > 0  # ±100 nats from the reference too: clamped, still a penalty
+    assert clamped_units(logp, old, ref).tolist() == [[False, True, True, True]]
+    assert clamped_units(logp, old, None).tolist() == [[False, True, True, False]]
+
+
+def test_a_step_counts_the_units_it_clamps(monkeypatch):
+    """A reference 100 nats above every unit: every k3 log-ratio is clamped, and the step stays finite."""
+    policy = unstable_policy()
+    method = make_method("block_grpo", policy, {**UNSTABLE, "form": "uniform", "inner_iterations": 1}, seed=0)
+    scored = method._reference_logp
+    monkeypatch.setattr(method, "_reference_logp", lambda batch, key: scored(batch, key) + 100.0)
+    stats = method.step([policy.encode(p) for p in PROMPTS[:2]], digit_share, 0).stats
+    assert stats["clamped_frac"] == 1.0 and stats["skipped_steps"] == 0
+    assert all(math.isfinite(stats[k]) for k in ("loss", "kl", "grad_norm", "update_norm")) and stats["update_norm"] > 0
+    assert all(torch.isfinite(p).all() for p in policy.model.parameters())
+
+
+def test_a_nan_reward_skips_the_step_and_too_many_in_a_row_stop_the_run():
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    method = make_method("block_grpo", policy, {**FAST, "max_skipped_steps": 2}, seed=0)
+    prompts = [policy.encode(p) for p in PROMPTS]
+    poisoned = lambda i, text: math.nan if i == 1 else digit_share(i, text)  # noqa: E731
+    before = parameters(policy)
+    stats = method.step(prompts, poisoned, 0).stats
+    assert unchanged(policy, before) and stats["skipped_steps"] == 1 and stats["update_norm"] == 0
+    assert method.step(prompts, digit_share, 1).stats["skipped_steps"] == 1  # a good step: the streak ends
+    assert not unchanged(policy, before)
+    moved = parameters(policy)
+    assert method.step(prompts, poisoned, 2).stats["skipped_steps"] == 2
+    with pytest.raises(NonFiniteError, match=r"block_grpo step 3 \(inner iteration 0\): loss is nan .*4 of this "
+                                             r"step's rewards are not finite; 2 consecutive steps skipped"):
+        method.step(prompts, poisoned, 3)
+    assert unchanged(policy, moved)
+
+
+def test_a_nan_gradient_skips_the_step_and_restores_earlier_inner_updates():
+    """μ = 2: the first update is applied, the second's gradient is NaN; the step leaves the masters where it
+    found them. With max_skipped_steps 1 the first such step stops the run."""
+    for limit in (2, 1):
+        policy = sharpen(build_policy(SMALL), std=0.1)
+        method = make_method("block_grpo", policy, {**FAST, "inner_iterations": 2, "max_skipped_steps": limit},
+                             seed=0)
+        backwards = []
+
+        def poison(gradient):  # one backward per inner iteration (one micro-batch): the second goes NaN
+            backwards.append(not unchanged(policy, before))  # whether the first update has moved the policy
+            return gradient * math.nan if len(backwards) % 2 == 0 else gradient
+
+        policy.model.get_output_embeddings().weight.register_hook(poison)
+        before = parameters(policy)
+        if limit == 1:
+            with pytest.raises(NonFiniteError, match=r"block_grpo step 0 \(inner iteration 1\): gradient norm is nan "
+                                                     r"\(loss -?[0-9.e-]+\); 1 consecutive step skipped"):
+                method.step([policy.encode(p) for p in PROMPTS], digit_share, 0)
+        else:
+            stats = method.step([policy.encode(p) for p in PROMPTS], digit_share, 0).stats
+            assert stats["skipped_steps"] == 1 and stats["update_norm"] == 0 and math.isnan(stats["grad_norm"])
+            assert method.state_dict()["skipped_steps"] == 1
+        assert backwards == [False, True] and unchanged(policy, before)
+
+
+def test_max_skipped_steps_is_validated():
+    with pytest.raises(ConfigError, match="max_skipped_steps"):
+        make_method("block_grpo", build_policy(SMALL), {"max_skipped_steps": 0}, seed=0)
+

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from arena.model.layout import PackedLayout
+from arena.model.layout import PackedLayout, step_ranks, step_views, sub_block_stream, sub_block_views
 from arena.rng import torch_generator
 from methods.oracle import next_token_logprobs
 
@@ -70,3 +70,30 @@ def test_packed_batch_with_padding_and_several_streams(tiny_policy):
 def test_layout_rejects_unaligned_noisy_start():
     with pytest.raises(ValueError, match="block aligned"):
         PackedLayout(16, 4, noisy_start=3)
+
+
+def test_sub_block_views_show_what_the_sampler_saw():
+    """Blocks of 8, sub-blocks of 4: the view of sub-block s takes the mask inside sub-block s, leaves the earlier
+    sub-blocks clean and masks every maskable position of the later ones; each position is scored in its own view."""
+    T = 16
+    maskable = (torch.arange(T) % 8 != 0)[None, None]
+    masks = torch.zeros(1, 1, T, dtype=torch.bool)
+    masks[0, 0, [1, 5, 6, 9, 14]] = True
+    views = sub_block_views(masks, maskable, 8, 4)
+    assert views.shape == (1, 2, T)
+    assert views[0, 0].nonzero().flatten().tolist() == [1, 4, 5, 6, 7, 9, 12, 13, 14, 15]
+    assert views[0, 1].nonzero().flatten().tolist() == [5, 6, 14]
+    positions = torch.tensor([1, 5, 6, 9, 14])
+    assert sub_block_stream(torch.zeros(5, dtype=torch.long), positions, 8, 4).tolist() == [0, 1, 1, 0, 1]
+    assert sub_block_stream(torch.ones(5, dtype=torch.long), positions, 8, 4).tolist() == [2, 3, 3, 2, 3]
+    assert torch.equal(sub_block_views(masks, maskable, 8, 8), masks)  # sub-block = block: the mask itself
+
+
+def test_step_ranks_and_views():
+    """Ranks of decoding steps inside each block (tokens of one step share a rank); view v masks ranks >= v."""
+    steps = torch.tensor([[-1, 7, 5, 7, 9, 12, 11, 10]])
+    maskable = torch.tensor([[False, True, True, True, False, True, True, True]])
+    ranks = step_ranks(steps, maskable, 4)
+    assert ranks.tolist() == [[-1, 1, 0, 1, -1, 2, 1, 0]]
+    views = step_views(ranks, 3)
+    assert [v.nonzero().flatten().tolist() for v in views[0]] == [[1, 2, 3, 5, 6, 7], [1, 3, 5, 6], [5]]

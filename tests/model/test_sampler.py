@@ -7,7 +7,7 @@ import torch
 from scipy import stats
 
 from arena.model.sampler import SamplerConfig, draw, generate
-from methods.oracle import conditionals, exact_random_order_logprob, next_token_logprobs
+from methods.oracle import next_token_logprobs, sub_block_chains
 
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12], [13] * 8, [20, 21, 22, 23, 24], [30], [40, 41, 42, 43, 44, 45, 46]]
 # prompt lengths 3, 4 (= block), 8 (multiple of the block), 5, 1, 7: every alignment case
@@ -129,28 +129,75 @@ def test_top_p_draw_against_brute_force():
         assert float(probs[row]) == pytest.approx(float(p[tokens[row]]) / sum(float(p[t]) for t in nucleus), rel=1e-5)
 
 
-def test_random_order_block_frequencies_match_exact_likelihood(small_vocab_policy):
-    """Chi-square: sampled blocks vs exp(exact log-lik), enumerated over all unmasking orders.
+SUB_PROMPT, SUB_SAMPLES = [3, 5, 6, 4, 7], 6000
+OUTCOMES = [(a, b, c) for a in range(8) for b in range(8) for c in range(8)]
+
+
+@pytest.fixture(scope="module")
+def sub_block_oracle(small_vocab_policy):
+    """Block 4 after the prompt [3, 5, 6, 4 | 7]: position 0 holds the prompt tail, sub-block 0 one denoised
+    position (1), sub-block 1 two (2, 3). Per outcome: the sub-block chain (sub-block 2) and the whole block."""
+    blocks = [[SUB_PROMPT[4], *outcome] for outcome in OUTCOMES]
+    chain = sub_block_chains(small_vocab_policy, SUB_PROMPT[:4], blocks, [1, 2, 3], sub_block=2)
+    whole = sub_block_chains(small_vocab_policy, SUB_PROMPT[:4], blocks, [1, 2, 3], sub_block=4)
+    return chain, whole
+
+
+def chi_square_pvalue(counts: dict, logprob: dict, n: int) -> float:
+    """Pearson chi-square of observed outcome counts against n·exp(logprob), outcomes expected < 5 pooled."""
+    expected = {o: n * math.exp(v) for o, v in logprob.items()}
+    big = [o for o, e in expected.items() if e >= 5]
+    observed = [counts.get(o, 0) for o in big] + [n - sum(counts.get(o, 0) for o in big)]
+    predicted = [expected[o] for o in big] + [n - sum(expected[o] for o in big)]
+    assert len(big) >= 20
+    return stats.chisquare(observed, predicted).pvalue
+
+
+def test_random_order_block_frequencies_match_exact_likelihood(small_vocab_policy, sub_block_oracle):
+    """Chi-square: sampled blocks vs exp(exact log-lik), enumerated over all unmasking orders (sub-block = block).
 
     Block 4, prompt of 5 tokens: the prompt tail fills position 0 of the generation block and the
     three others are sampled, so there are 8^3 = 512 outcomes. The test fails when p < 1e-3
     (false-alarm rate 0.1%).
     """
-    policy = small_vocab_policy
-    prompt, n = [3, 5, 6, 4, 7], 6000
+    _, whole = sub_block_oracle
     config = SamplerConfig(max_new_tokens=3, temperature=1.0, order="random", sub_block=4)
-    out = generate(policy, [prompt] * n, config, seed=17, row_ids=list(range(n)))
+    out = generate(small_vocab_policy, [SUB_PROMPT] * SUB_SAMPLES, config, seed=17, row_ids=list(range(SUB_SAMPLES)))
     counts = {}
     for tokens in out.tokens:
         counts[tuple(tokens)] = counts.get(tuple(tokens), 0) + 1
-    expected = {}
-    for outcome in [(a, b, c) for a in range(8) for b in range(8) for c in range(8)]:
-        block = [prompt[4], *outcome]
-        cond = conditionals(policy, prompt[:4], block, masked=[1, 2, 3])
-        expected[outcome] = n * math.exp(exact_random_order_logprob(cond, [1, 2, 3]))
-    assert sum(expected.values()) == pytest.approx(n, rel=1e-6)  # the oracle is a distribution
-    big = [o for o, e in expected.items() if e >= 5]
-    observed = [counts.get(o, 0) for o in big] + [n - sum(counts.get(o, 0) for o in big)]
-    predicted = [expected[o] for o in big] + [n - sum(expected[o] for o in big)]
-    assert len(big) >= 20
-    assert stats.chisquare(observed, predicted).pvalue > 1e-3
+    whole_logp = {o: parts[0].exact for o, parts in zip(OUTCOMES, whole)}
+    assert sum(math.exp(v) for v in whole_logp.values()) == pytest.approx(1.0, rel=1e-6)  # the oracle is a distribution
+    assert chi_square_pvalue(counts, whole_logp, SUB_SAMPLES) > 1e-3
+
+
+def test_random_order_with_sub_blocks_matches_the_sub_block_chain(small_vocab_policy, sub_block_oracle):
+    """Property 7 with sub-block 2 < block 4: frequencies of 6000 sampled blocks match the exact sub-block-chain
+    likelihood Σ_s log p(sub-block s | earlier clean, later masked), enumerated (p > 1e-3), and the same
+    test rejects the whole-block random-order likelihood (p < 1e-6): it has the power to tell them apart."""
+    chain, whole = sub_block_oracle
+    config = SamplerConfig(max_new_tokens=3, temperature=1.0, order="random", sub_block=2)
+    out = generate(small_vocab_policy, [SUB_PROMPT] * SUB_SAMPLES, config, seed=17, row_ids=list(range(SUB_SAMPLES)))
+    counts = {}
+    for tokens in out.tokens:
+        counts[tuple(tokens)] = counts.get(tuple(tokens), 0) + 1
+    chain_logp = {o: sum(part.exact for part in parts) for o, parts in zip(OUTCOMES, chain)}
+    whole_logp = {o: parts[0].exact for o, parts in zip(OUTCOMES, whole)}
+    for logp in (chain_logp, whole_logp):  # each oracle is a distribution over the 512 blocks
+        assert sum(math.exp(v) for v in logp.values()) == pytest.approx(1.0, rel=1e-6)
+    assert chi_square_pvalue(counts, chain_logp, SUB_SAMPLES) > 1e-3
+    assert chi_square_pvalue(counts, whole_logp, SUB_SAMPLES) < 1e-6
+
+
+def test_sub_block_elbo_bounds_the_sub_block_chain_for_every_block(sub_block_oracle):
+    """For every one of the 512 blocks: the analytic sub-block ELBO <= the exact sub-block-chain log-lik, per
+    sub-block and in sum. The whole-block ELBO, the estimators' target before sub-blocks, exceeds the sampler's
+    log-lik for some blocks: the bound test has the power to catch a whole-block estimator."""
+    chain, whole = sub_block_oracle
+    above = 0
+    for parts, (whole_part,) in zip(chain, whole):
+        assert [part.masked for part in parts] == [[1], [2, 3]] and parts[0].held == [2, 3]
+        for part in parts:
+            assert part.elbo <= part.exact + 1e-9
+        above += whole_part.elbo > sum(part.exact for part in parts) + 1e-6
+    assert above >= 10, above
