@@ -423,14 +423,15 @@ def _lines(node, path: str, lines: dict, found: list) -> None:
             _lines(item, f"{path}[{i}]", lines, found)
 
 
-def load_study(path, profile: str | None = None) -> Study:
-    """Read, parse and validate a study file, as it runs under ``profile`` (``arena.profiles``; None: the
-    embedded tiny model); one StudyError with every problem."""
+def read_yaml(path, kind: str = "study") -> tuple[object, dict, list[Problem]]:
+    """Parse a YAML file (``1e-4`` a number) into (its data, YAML path -> 1-based line, problems met while
+    parsing: duplicate keys); StudyError naming the ``kind`` of file when it cannot be read or parsed.
+    An empty file gives (None, {}, [])."""
     source = str(path)
     try:
         loader = _Loader(Path(path).read_text())
     except OSError as error:
-        raise StudyError([Located("", f"cannot read the study: {error.strerror or error}", source)]) from None
+        raise StudyError([Located("", f"cannot read the {kind}: {error.strerror or error}", source)]) from None
     try:
         node = loader.get_single_node()
         raw = loader.construct_document(node) if node is not None else None
@@ -442,14 +443,24 @@ def load_study(path, profile: str | None = None) -> Study:
     finally:
         loader.dispose()
     if node is None:
-        raise StudyError([Located("", "the file is empty; a study needs at least an 'arms:' section", source)])
+        return None, {}, []
     lines, found = {"": node.start_mark.line + 1}, []
     _lines(node, "", lines, found)
+    return raw, lines, found
+
+
+def load_study(path, profile: str | None = None) -> Study:
+    """Read, parse and validate a study file, as it runs under ``profile`` (``arena.profiles``; None: the
+    embedded tiny model); one StudyError with every problem."""
+    source = str(path)
+    raw, lines, found = read_yaml(path)
+    if not lines:
+        raise StudyError([Located("", "the file is empty; a study needs at least an 'arms:' section", source)])
     if isinstance(raw, dict):
         try:
             raw = apply_profile(raw, profile)
         except ConfigError as error:
-            raise _located(found + error.problems, source, lines) from None
+            raise located(found + error.problems, source, lines) from None
     return validate(raw, source, lines, found, profile or "")
 
 
@@ -461,7 +472,7 @@ def validate(raw, source: str, lines: dict | None = None, found=(), profile: str
     problems: list[Problem] = list(found)
     if not isinstance(raw, dict):
         problems.append(Problem("", f"a study is a mapping of sections (model, task, ..., arms), got {raw!r}"))
-        raise _located(problems, source, lines or {})
+        raise located(problems, source, lines or {})
     known = [f.name for f in dataclasses.fields(Study) if f.name not in ("source_path", "profile")]
     problems += [unknown_key(key, known) for key in raw if key not in known]
     hints = typing.get_type_hints(Study)
@@ -510,11 +521,11 @@ def validate(raw, source: str, lines: dict | None = None, found=(), profile: str
         moot = reference in failed
         problems += [p for p in error.problems if not (moot and p.path.startswith(("arms", "reference")))]
     if problems:
-        raise _located(problems, source, lines or {})
+        raise located(problems, source, lines or {})
     return study
 
 
-def _located(problems: list[Problem], source: str, lines: dict) -> StudyError:
+def located(problems: list[Problem], source: str, lines: dict) -> StudyError:
     """The problems (the first of each path) with their source and the line of their path's nearest ancestor."""
     out, seen = [], set()
     for problem in problems:
@@ -528,4 +539,4 @@ def _located(problems: list[Problem], source: str, lines: dict) -> StudyError:
 
 
 __all__ = ["ArmSpec", "BudgetSpec", "EvaluationSpec", "RunSpec", "Study", "StudyError", "TaskSpec", "TrackingSpec",
-           "TrainSpec", "digest", "load_study", "load_task", "method_class", "validate"]
+           "TrainSpec", "digest", "load_study", "load_task", "located", "method_class", "read_yaml", "validate"]

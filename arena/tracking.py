@@ -53,6 +53,14 @@ def _absolute_sqlite(uri: str) -> str:
     return f"sqlite:///{_sqlite_path(uri).absolute()}" + (f"?{query}" if query else "")
 
 
+def missing_store(uri: str) -> Path | None:
+    """The file a ``sqlite:///`` URI names when it does not exist yet (opening it would create an empty store)."""
+    if not uri.startswith("sqlite:///") or ":memory:" in uri:
+        return None
+    path = _sqlite_path(uri)
+    return None if path.exists() else path
+
+
 @dataclass
 class RunRecord:
     run_id: str
@@ -130,6 +138,11 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, str]:
                 text = text[:PARAM_VALUE_LIMIT - len(TRUNCATED)] + TRUNCATED
             flat[f"{prefix}{key}"] = text
     return flat
+
+
+def flat_params(tree: dict) -> dict[str, str]:
+    """The params ``Tracker.start_run`` logs for ``tree``: keys joined with dots, values as text (cut to 500)."""
+    return _flatten(tree)
 
 
 def _plain(value):
@@ -242,6 +255,10 @@ class Tracker:
                 missing.append((key, value, step))
         self.log_rows(run_id, missing)
         return len(missing)
+
+    def metric_keys(self, run_id: str) -> list[str]:
+        """The keys of every metric the run has logged, sorted."""
+        return sorted(_retry(self.client.get_run, run_id).data.metrics)
 
     def history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """(step, value) of metric ``key``, sorted by step (then time)."""

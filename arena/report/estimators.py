@@ -1,8 +1,5 @@
-"""Reports rendered from measured records: markdown tables, figures, and the files that hold them.
-
-Nothing here measures; each writer takes what a measuring module returned (``arena.estimators``:
-``write_estimators``) and writes it into a folder, the records as JSON beside the table and figure.
-"""
+"""The estimator report: ``arena estimators`` writes estimators.json (the records), estimators.md (the table)
+and estimators.png (the figure) from what ``arena.estimators.measure`` returned; nothing here measures."""
 from __future__ import annotations
 
 import json
@@ -12,23 +9,33 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from arena.estimators import Measurement
 
-# ---------------------------------------------------------------------------------------------
-# the estimator report: estimators.json, estimators.md, estimators.png
-
 ESTIMATOR_COLUMNS = """\
 Columns (nats per completion block unless said otherwise):
 
 - **estimator**, **variant**: the `methods.likelihood` estimator and its options other than the count
   (`name=value`; a flag by its name when on);
-- **K / n**: Monte Carlo draws or Gauss-Legendre nodes per block (noisy streams per sequence);
+- **K / n**: Monte Carlo draws or Gauss-Legendre nodes per block; the block estimators score each
+  mask in one noisy view per sub-block (B/S views per mask), `trajectory` in one view per decoding step;
 - **forward tokens**, **ms**: tokens through the model and wall milliseconds per scored sequence
   (forward only, batched);
 - **bias ± stderr**: mean over blocks of (mean estimate over mask keys − reference), ± the Monte Carlo
-  standard error of that mean (an unbiased estimator lies within a few stderr of 0);
+  standard error of that mean (an unbiased estimator lies within a few stderr of 0). The reference is
+  the sampler's: the sub-block-chain ELBO, each sub-block's ELBO given the earlier sub-blocks clean
+  and the later ones masked;
 - **std**: spread of one estimate of one block across mask keys;
 - **RMSE**: error of one estimate of one block, bias and spread together;
-- **bias vs exact**: bias against the exact log-likelihood of the random-order sampler, which the ELBO
-  bounds from below (with the analytic reference only)."""
+- **bias vs exact**: bias against the exact log-likelihood of the random-order sampler with sub-blocks
+  (a chain over sub-blocks), which the sub-block ELBO bounds from below (with the analytic reference only).
+
+Reading the rows: `elbo form=uniform` (weight 1/t) is unbiased but has infinite variance (a masked token
+at small t carries weight 1/t: the second moment diverges like ∫ dt/t, so the measured std does not
+settle, and log-ratios between nearby policies reach tens of nats), which is why `form=count` is the
+default. `gauss_legendre exact_count` integrates a step function of t and is biased at every node count;
+with Bernoulli masks (`exact_count` off) n >= ceil(m_s/2) nodes make it unbiased. `trajectory` is
+deterministic (std 0): log p(y | the recorded unmasking order), whose expectation is the exact
+log-likelihood plus the KL between the order given y and the uniform order, so its bias is expected
+positive here; it is the exact likelihood of what the sampler did, and the reference for
+`confidence`-order rollouts, where no ELBO is a bound."""
 
 
 def estimators_table(measurement: Measurement) -> str:
@@ -38,8 +45,9 @@ def estimators_table(measurement: Measurement) -> str:
         "# Likelihood estimators: bias, spread and cost",
         "",
         f"Model `{m.model}`, {m.sequences} completions sampled at temperature 1 in random unmasking order "
-        f"({m.blocks} completion blocks, block size {m.records[0]['block_size']}), each scored under {m.repeats} "
-        f"independent mask keys per setting; reference: the {m.reference} ELBO. Measured in {m.seconds:.0f} s "
+        f"({m.blocks} completion blocks, block size {m.records[0]['block_size']}, sub-blocks of {m.sub_block}), each "
+        f"scored under {m.repeats} independent mask keys per setting; reference: the {m.reference} sub-block-chain "
+        f"ELBO. Measured in {m.seconds:.0f} s "
         f"on {m.device}. Samples: " + ", ".join(f"`{s[:60]!r}`" for s in m.samples),
         "",
         ESTIMATOR_COLUMNS,
@@ -74,7 +82,7 @@ def estimators_figure(measurement: Measurement, path: Path) -> None:
                            label=name, capsize=2, markersize=4)
         std_axis.plot(x, [r["std"] for r in group], style, label=name, markersize=4)
     bias_axis.axhline(0.0, color="black", linewidth=0.8)
-    bias_axis.set(ylabel="bias (nats / block), ± 2 stderr", title=f"bias against the {measurement.reference} ELBO")
+    bias_axis.set(ylabel="bias (nats / block), ± 2 stderr", title=f"bias against the {measurement.reference} sub-block ELBO")
     std_axis.set(ylabel="std across mask keys (nats / block)", title="spread of one estimate")
     costs = sorted({round(r["forward_tokens"]) for r in measurement.records})
     for axis in (bias_axis, std_axis):  # symlog: ar and d1 sit tens of nats away from the block estimators

@@ -1,0 +1,197 @@
+"""``arena report STUDY``: the study's arms compared, from what MLflow holds (``records``), with the numbers of
+``stats``, drawn by ``figures`` and typeset by ``tables``; everything written to one folder and the figures
+logged to the study's latest parent run (``report/``). What each file shows: docs/reporting.md.
+
+    tail_reward.{png,pdf}     tail reward at the primary α against budget, mean over seeds and 95% band; a
+                              second panel against training seconds when the arms' speeds differ by > 10%
+    mean_reward.{png,pdf}     mean reward against budget
+    levels.{png,pdf}          mean reward per difficulty level (when the task has levels)
+    final_tail_gain.{png,pdf} final tail gain per arm: mean, 95% interval, each seed
+    tail_profile.{png,pdf}    reward of the p-th worst prompt against p at the end (and at the start), and the
+                              tail gain at every level p (lower CVaR at p, end minus start)
+    summary.md, table.tex     the table per arm (arena.report.tables)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from arena.report import figures, stats, tables
+from arena.report.figures import Curve, Dot, Panel
+from arena.report.records import Results, read_results
+
+X_LABELS = {"samples": "samples generated", "tokens": "completion tokens generated",
+            "forward_tokens": "forward tokens (generation and scoring)", "seconds": "training wall-clock (s)"}
+SPEED_TOLERANCE = 0.1  # a panel at equal wall-clock when the arms' training seconds differ by more
+
+
+@dataclass
+class Report:
+    """What ``write_study_report`` wrote (``paths``), the figures it drew and the table rows it computed."""
+
+    directory: Path
+    paths: list[Path]
+    figures: dict  # name -> matplotlib Figure
+    rows: list[tables.Row]
+    results: Results
+    logged_to: str | None = None  # the parent run the figures went to
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# numbers: curves and rows from the results
+
+
+def x_values(results: Results, arm: str, x: str) -> np.ndarray:
+    """The x of each evaluation point: its mark in the study's unit, else the mean over seeds of the
+    ``budget/<x>`` logged there."""
+    if x == results.study.budget.unit:
+        return results.marks
+    return results.values(arm, f"budget/{x}").mean(axis=0)
+
+
+def curves(results: Results, key: str, x: str) -> list[Curve]:
+    """One curve per arm: mean over seeds of metric ``key`` and its 95% band (whole seed curves resampled)."""
+    out = []
+    for arm in results.arms:
+        mean, low, high = stats.curve_band(results.values(arm, key), stats.bootstrap_key(arm, key))
+        out.append(Curve(arm, x_values(results, arm, x), mean, low, high))
+    return out
+
+
+def final(results: Results, arm: str, key: str) -> np.ndarray:
+    """Each seed's value of ``key`` at the last evaluation point."""
+    return results.values(arm, key)[:, -1]
+
+
+def seconds_per_arm(results: Results) -> dict[str, float]:
+    return {arm: float(final(results, arm, "budget/seconds").mean()) for arm in results.arms}
+
+
+def row(results: Results, arm: str) -> tables.Row:
+    study = results.study
+    gains = final(results, arm, "eval/tail_gain")
+    improvement = test = None
+    if arm != study.reference:
+        if study.reference in results.arms:
+            reference = final(results, study.reference, "eval/tail_gain")
+            improvement = stats.improvement_interval(gains, reference,
+                                                     stats.bootstrap_key(arm, study.reference, "improvement"))
+            test = stats.welch_test(gains, reference)
+        else:
+            improvement, test = stats.Estimate(math.nan, seeds=0), stats.Significance(stats.WELCH, math.nan, math.nan)
+    return tables.Row(
+        arm, len(gains),
+        stats.mean_interval(gains, stats.bootstrap_key(arm, "final tail gain")),
+        stats.mean_interval(stats.area_under_curve(results.marks, results.values(arm, "eval/tail_reward")),
+                            stats.bootstrap_key(arm, "tail-reward area")),
+        stats.mean_interval(final(results, arm, "eval/mean_reward"), stats.bootstrap_key(arm, "final mean reward")),
+        float(final(results, arm, f"budget/{study.budget.unit}").mean()),
+        float(final(results, arm, "budget/seconds").mean()), improvement, test)
+
+
+def setup(results: Results) -> tables.Setup:
+    study = results.study
+    return tables.Setup(study.name, study.reference, study.evaluation.primary_alpha, study.budget.unit,
+                        study.budget.amount, study.evaluation.prompts, study.evaluation.samples, results.missing,
+                        results.stale, results.predating)
+
+
+def seed_note(results: Results) -> str:
+    counts = sorted({len(seeds) for seeds in results.arms.values()})
+    if counts[-1] == 1:
+        return "one seed per arm: no band"
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return f"mean over {n} seeds, 95% bootstrap band"
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+
+def tail_figure(results: Results, x: str, colors: dict[str, str]):
+    alpha = results.study.evaluation.primary_alpha
+    ylabel = f"tail reward (α = {alpha:g})"
+    panels = [Panel(X_LABELS[x], ylabel, curves(results, "eval/tail_reward", x))]
+    if x != "seconds" and stats.speeds_differ(seconds_per_arm(results), SPEED_TOLERANCE):
+        panels[0].title = f"at equal {x.replace('_', ' ')}"
+        panels.append(Panel(X_LABELS["seconds"], ylabel, curves(results, "eval/tail_reward", "seconds"),
+                            "at equal wall-clock"))
+    return figures.curves_figure(panels, colors, seed_note(results))
+
+
+def mean_figure(results: Results, x: str, colors: dict[str, str]):
+    return figures.curves_figure([Panel(X_LABELS[x], "mean reward", curves(results, "eval/mean_reward", x))],
+                                 colors, seed_note(results))
+
+
+def levels_figure(results: Results, x: str, colors: dict[str, str]):
+    panels = [Panel(X_LABELS[x], "mean reward", curves(results, f"eval/level{level}_mean_reward", x), f"level {level}")
+              for level in results.levels]
+    return figures.levels_figure(panels, colors, seed_note(results))
+
+
+def gain_figure(results: Results, rows: list[tables.Row], colors: dict[str, str]):
+    dots = [Dot(r.arm, r.tail_gain.value, r.tail_gain.low, r.tail_gain.high, final(results, r.arm, "eval/tail_gain"))
+            for r in rows]
+    alpha = results.study.evaluation.primary_alpha
+    note = "mean, 95% bootstrap interval; circles: seeds" if any(r.tail_gain.has_interval for r in rows) \
+        else "one seed per arm: no interval"
+    return figures.dot_figure(dots, colors, f"tail gain at the end of the budget (α = {alpha:g})", note)
+
+
+def profile_figure(results: Results, colors: dict[str, str]):
+    """Top: the end profile per arm (each seed's per-prompt rewards sorted, then averaged over seeds) and the
+    start profile. Bottom: the tail gain at every level p (lower CVaR at p, end minus start) per arm."""
+    starts = {arm: stats.sorted_profiles([run.start for run in runs]) for arm, runs in results.arms.items()}
+    ends = {arm: stats.sorted_profiles([run.end for run in runs]) for arm, runs in results.arms.items()}
+    start = np.concatenate(list(starts.values())).mean(axis=0)  # one start for every run of a study
+    count = len(start)
+    profiles, gains = [], []
+    for arm in results.arms:
+        profiles.append(Curve(arm, (np.arange(count) + 0.5) / count, ends[arm].mean(axis=0)))
+        gain = stats.tail_profiles(ends[arm]) - stats.tail_profiles(starts[arm])
+        gains.append(Curve(arm, np.arange(1, count + 1) / count,
+                           *stats.curve_band(gain, stats.bootstrap_key(arm, "tail gain profile"))))
+    return figures.profile_figure(start, profiles, gains, colors, results.study.evaluation.primary_alpha,
+                                  seed_note(results))
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+def write_study_report(study, tracker, directory: Path, x: str | None = None, log: bool = True) -> Report:
+    """Read ``study``'s finished runs from ``tracker``, write the figures and tables into ``directory``, and
+    log them to the study's latest parent run (``report/``) unless ``log`` is False. ``x``: the budget axis
+    of the curves (samples, tokens, forward_tokens, seconds; default: the study's unit)."""
+    results = read_results(tracker, study)
+    x = x or study.budget.unit
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    colors = figures.arm_colors(study.arms)  # every arm of the study, so colours never shift with missing runs
+    rows = [row(results, arm) for arm in results.arms]
+    report = Report(directory, [], {}, rows, results)
+    with figures.style():
+        report.figures["tail_reward"] = tail_figure(results, x, colors)
+        report.figures["mean_reward"] = mean_figure(results, x, colors)
+        if results.levels:
+            report.figures["levels"] = levels_figure(results, x, colors)
+        report.figures["final_tail_gain"] = gain_figure(results, rows, colors)
+        report.figures["tail_profile"] = profile_figure(results, colors)
+        for name, figure in report.figures.items():
+            report.paths += figures.save(figure, directory, name)
+    for name, text in (("summary.md", tables.markdown(rows, setup(results))),
+                       ("table.tex", tables.latex(rows, setup(results)))):
+        (directory / name).write_text(text)
+        report.paths.append(directory / name)
+    if log and results.parent_id:
+        for path in report.paths:
+            tracker.log_file(results.parent_id, path, "report")
+        report.logged_to = results.parent_id
+    elif log:
+        report.notes.append("no parent run of the study in the store: the report was not logged to MLflow")
+    return report

@@ -1,0 +1,205 @@
+"""The figures of a study report, drawn from numbers already computed (``arena.report.stats``); nothing here
+reads MLflow or computes a statistic.
+
+One style for all: a paper's single-column width (``WIDTH`` inches), 8 pt text, the Okabe-Ito colour-blind-safe
+palette with one colour per arm in the study's arm order across every figure, no top or right spine, a light
+horizontal grid. Each function returns a ``matplotlib.figure.Figure`` (no pyplot state); build and save inside
+``style()`` so that every text and tick takes the style's sizes.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+WIDTH = 3.4  # inches: one column of a two-column paper
+FONT = 8  # points, every text of every figure
+OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
+START = "0.45"  # the start profile: grey, dashed
+RC = {
+    "font.size": FONT, "axes.labelsize": FONT, "axes.titlesize": FONT, "xtick.labelsize": FONT,
+    "ytick.labelsize": FONT, "legend.fontsize": FONT, "legend.title_fontsize": FONT, "figure.titlesize": FONT,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.linewidth": 0.6, "lines.linewidth": 1.3,
+    "xtick.major.width": 0.6, "ytick.major.width": 0.6, "xtick.major.size": 3, "ytick.major.size": 3,
+    "legend.frameon": False, "pdf.fonttype": 42, "svg.fonttype": "none", "savefig.dpi": 300,
+}
+FORMATS = ("png", "pdf")
+
+
+@contextlib.contextmanager
+def style():
+    import matplotlib
+
+    with matplotlib.rc_context(RC):
+        yield
+
+
+def arm_colors(arms) -> dict[str, str]:
+    """One colour per arm, in the study's arm order (cycling after eight arms)."""
+    return {arm: OKABE_ITO[i % len(OKABE_ITO)] for i, arm in enumerate(arms)}
+
+
+@dataclass
+class Curve:
+    """One arm's mean curve over seeds and its 95% band (None: no band, one seed)."""
+
+    arm: str
+    x: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
+
+
+@dataclass
+class Panel:
+    xlabel: str
+    ylabel: str
+    curves: list[Curve]
+    title: str = ""
+
+
+def _budget_axis(axis, curves: list[Curve]) -> None:
+    """Budget tick labels in one scale per axis: 3000, or 20k, or 1.5M."""
+    top = max((float(np.max(curve.x)) for curve in curves), default=0.0)
+    scale, suffix = next(((s, x) for s, x in ((1e9, "G"), (1e6, "M"), (1e4, "k")) if top >= s), (1.0, ""))
+    scale = 1e3 if suffix == "k" else scale
+    axis.xaxis.set_major_formatter(lambda value, _position: f"{value / scale:g}{suffix if value else ''}")
+
+
+def _figure(height: float, rows: int = 1, columns: int = 1, **shared):
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(WIDTH, height), layout="constrained")
+    axes = figure.subplots(rows, columns, squeeze=False, **shared)
+    for axis in axes.flat:
+        axis.grid(axis="y", color="0.88", linewidth=0.5)
+        axis.set_axisbelow(True)
+    return figure, axes
+
+
+def _legend(figure, axis, title: str, columns: int) -> None:
+    handles, labels = axis.get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside upper center", ncols=columns, title=title, handlelength=1.6,
+                  columnspacing=1.0, borderaxespad=0.2)
+
+
+def _columns(count: int) -> int:
+    return count if count <= 3 else 2 if count == 4 else 3
+
+
+def draw_curve(axis, curve: Curve, color: str, step: bool = False) -> None:
+    """The mean as a line (markers at the evaluation points unless ``step``), the band as a filled area."""
+    line = dict(drawstyle="steps-mid") if step else dict(marker="o", markersize=2.5)
+    axis.plot(curve.x, curve.mean, color=color, label=curve.arm, **line)
+    if curve.low is not None:
+        axis.fill_between(curve.x, curve.low, curve.high, color=color, alpha=0.2, linewidth=0,
+                          step="mid" if step else None)
+
+
+def curves_figure(panels: list[Panel], colors: dict[str, str], note: str):
+    """Panels stacked vertically (one x axis each), one line and band per arm, one legend on top."""
+    figure, axes = _figure(0.5 + 2.0 * len(panels), rows=len(panels))
+    for axis, panel in zip(axes[:, 0], panels):
+        for curve in panel.curves:
+            draw_curve(axis, curve, colors[curve.arm])
+        axis.set(xlabel=panel.xlabel, ylabel=panel.ylabel, title=panel.title)
+        _budget_axis(axis, panel.curves)
+    _legend(figure, axes[0, 0], note, _columns(len(colors)))
+    return figure
+
+
+def levels_figure(panels: list[Panel], colors: dict[str, str], note: str):
+    """One panel per difficulty level side by side (at most three a row), a shared reward axis."""
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
+    figure, axes = _figure(0.6 + 1.9 * rows, rows=rows, columns=columns, sharey=True)
+    for axis, panel in zip(axes.flat, panels):
+        for curve in panel.curves:
+            draw_curve(axis, curve, colors[curve.arm])
+        axis.set(title=panel.title)
+        _budget_axis(axis, panel.curves)
+    for axis in axes.flat[len(panels):]:
+        axis.set_visible(False)
+    figure.supxlabel(panels[0].xlabel, fontsize=FONT)  # one label under the row(s): they share the budget axis
+    for axis in axes[:, 0]:
+        axis.set_ylabel(panels[0].ylabel)
+    _legend(figure, axes[0, 0], note, _columns(len(colors)))
+    return figure
+
+
+@dataclass
+class Dot:
+    """One arm's row of the dot plot: the mean, its interval (nan bounds: none) and each seed's value."""
+
+    arm: str
+    value: float
+    low: float
+    high: float
+    seeds: np.ndarray
+
+
+def dot_figure(dots: list[Dot], colors: dict[str, str], xlabel: str, note: str):
+    """Per arm (the first on top): the mean with its 95% interval, each seed as an open circle below it,
+    and a dashed line at zero."""
+    from matplotlib.ticker import MaxNLocator
+
+    figure, axes = _figure(0.75 + 0.32 * len(dots))
+    axis = axes[0, 0]
+    axis.grid(False)
+    axis.grid(axis="x", color="0.88", linewidth=0.5)
+    axis.axvline(0.0, color="0.5", linewidth=0.6, linestyle=(0, (3, 2)), label="_zero")
+    positions = np.arange(len(dots))[::-1].astype(float)
+    for y, dot in zip(positions, dots):
+        color = colors[dot.arm]
+        axis.scatter(dot.seeds, np.full(len(dot.seeds), y - 0.22), s=10, facecolors="none", edgecolors=color,
+                     linewidths=0.7, label="_seeds")
+        if np.isfinite(dot.low):
+            axis.errorbar(dot.value, y, xerr=[[dot.value - dot.low], [dot.high - dot.value]], fmt="o",
+                          color=color, markersize=4, capsize=2.5, elinewidth=1.3, label=dot.arm)
+        else:
+            axis.plot(dot.value, y, "o", color=color, markersize=4, label=dot.arm)
+    axis.xaxis.set_major_locator(MaxNLocator(nbins=5))
+    axis.xaxis.set_major_formatter(lambda value, _position: f"{value:g}".replace("-", "\N{MINUS SIGN}"))
+    axis.set_yticks(positions, [dot.arm for dot in dots])
+    axis.tick_params(axis="y", length=0)
+    axis.spines["left"].set_visible(False)
+    axis.set_ylim(positions.min() - 0.55, positions.max() + 0.45)
+    axis.set(xlabel=xlabel)
+    axis.set_title(note, loc="left")
+    return figure
+
+
+def profile_figure(start: np.ndarray, profiles: list[Curve], gains: list[Curve], colors: dict[str, str],
+                   alpha: float, note: str):
+    """Top: reward of the p-th worst prompt against p at the end, per arm, and at the start (grey, dashed).
+    Bottom: the tail gain at every level p (lower CVaR at p, end minus start), with bands: at p = α it is the
+    final tail gain, at p = 1 the mean-reward gain. A dotted line at p = α marks the tail."""
+    figure, axes = _figure(4.4, rows=2, sharex=True)
+    top, bottom = axes[:, 0]
+    top.plot(profiles[0].x, start, color=START, linestyle=(0, (3, 2)), drawstyle="steps-mid", label="start")
+    for curve in profiles:
+        draw_curve(top, curve, colors[curve.arm], step=True)
+    bottom.axhline(0.0, color=START, linewidth=0.6, linestyle=(0, (3, 2)), label="_zero")
+    for curve in gains:
+        axis_line = dict(color=colors[curve.arm], label=curve.arm)
+        bottom.plot(curve.x, curve.mean, **axis_line)
+        if curve.low is not None:
+            bottom.fill_between(curve.x, curve.low, curve.high, color=colors[curve.arm], alpha=0.2, linewidth=0)
+    for axis in (top, bottom):
+        axis.axvline(alpha, color="0.3", linewidth=0.6, linestyle=":", label="_alpha")
+        axis.set_xlim(0, 1)
+    top.text(alpha, 1.0, f" α = {alpha:g}", transform=top.get_xaxis_transform(), va="top", ha="left")
+    top.set(ylabel="per-prompt reward at the end")
+    bottom.set(ylabel="tail gain at level p\n(lower CVaR, end − start)", xlabel="prompt quantile p (worst first)")
+    _legend(figure, top, note, _columns(len(colors) + 1))
+    return figure
+
+
+def save(figure, directory: Path, name: str) -> list[Path]:
+    """The figure as ``name.png`` (300 dpi) and ``name.pdf`` in ``directory``."""
+    paths = [directory / f"{name}.{suffix}" for suffix in FORMATS]
+    for path in paths:
+        figure.savefig(path)
+    return paths

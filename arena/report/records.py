@@ -1,0 +1,161 @@
+"""A study's results read back from MLflow through ``arena.tracking``, never from in-memory state: a study
+run earlier, on another machine or against a remote tracking server reports the same.
+
+Which runs, for each (arm, seed) of the study as it is now (under its profile), among the FINISHED child runs
+tagged with the study's name, newest first:
+
+1. the run whose ``arena.config_hash`` is the (arm, seed)'s hash: how ``arena run`` knows a run is done;
+2. else a run whose logged params agree with the study on every parameter the run logged, and lacks only
+   options the study does not set (options the code gained after the run, at their defaults; counted in
+   ``Results.predating`` and listed in the summary).
+
+Not every run tagged with the study: a study edited after it ran (another lr, budget or evaluation) keeps
+its name, and its old runs would mix into the new arm's curves. Not the hash alone either: a method that
+gains an option invalidates every earlier run's hash though nothing the study says has changed. Finished
+runs of the study that match neither way are counted (``stale``) and left out. ``arena run``'s printed
+summary picks its runs here too, so the report and the summary describe the same runs.
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from arena.budget import UNITS, evaluation_points
+from arena.tracking import flat_params
+
+CURVE_KEYS = ("eval/tail_reward", "eval/tail_gain", "eval/mean_reward", *(f"budget/{unit}" for unit in UNITS))
+LEVEL_KEY = re.compile(r"eval/level(\d+)_mean_reward")
+
+
+class ReportError(Exception):
+    """Nothing to report (no finished run at the study's configuration), or a run lacks what it should hold."""
+
+
+@dataclass
+class SeedRun:
+    """One finished (arm, seed) run: its curves at the study's evaluation marks and its per-prompt rewards."""
+
+    arm: str
+    seed: int
+    run_id: str
+    curves: dict[str, np.ndarray] = field(default_factory=dict)  # metric key -> value at each mark
+    start: np.ndarray | None = None  # per-prompt reward (mean over the k samples) at the first mark
+    end: np.ndarray | None = None  # the same at the last mark
+
+
+@dataclass
+class Results:
+    study: object  # arena.study.Study
+    marks: np.ndarray  # the evaluation marks, in the study's budget unit
+    arms: dict[str, list[SeedRun]]  # in the study's arm order; an arm without a finished run is left out
+    missing: list[tuple[str, int]]  # (arm, seed) without a finished run at the study's configuration
+    stale: int  # finished runs of the study at another configuration, left out
+    parent_id: str | None  # the study's latest parent run (an ``arena run`` invocation), if any
+    levels: list[int]  # difficulty levels with a ``eval/level<L>_mean_reward`` curve
+    predating: dict = field(default_factory=dict)  # (arm, seed) -> options its run predates (see above)
+
+    def values(self, arm: str, key: str) -> np.ndarray:
+        """(seeds, marks) array of ``key`` for ``arm``."""
+        return np.array([run.curves[key] for run in self.arms[arm]])
+
+
+def marks_of(study) -> list[int]:
+    """The metric steps of the study's evaluation points, as the runner logs them."""
+    return [int(round(mark)) for mark in evaluation_points(study.budget.amount, study.evaluation.points)]
+
+
+@dataclass
+class Found:
+    runs: dict  # (arm, seed) -> the chosen RunRecord
+    predating: dict  # (arm, seed) -> option params the chosen run lacks (it predates them), when not matched by hash
+    stale: int  # finished runs of an (arm, seed) of the study at another configuration of it
+    parents: list  # the study's parent runs (invocations), newest first
+
+
+def predates(record, run) -> list[str] | None:
+    """None when the run ``record`` logged contradicts ``run`` (a RunSpec) in a parameter; else the option
+    params it lacks, each one the study leaves at its default."""
+    lacking = []
+    for key, value in flat_params(run.resolved()).items():
+        if key == "config_hash":
+            continue
+        if key not in record.params:
+            if not key.startswith("options.") or key.split(".")[1] in run.options:
+                return None
+            lacking.append(key)
+        elif record.params[key] != value:
+            return None
+    return lacking
+
+
+def finished_runs(tracker, runs) -> Found:
+    """The finished run of each of ``runs`` (``RunSpec`` of one study) by the rule above."""
+    wanted = {(run.arm, str(run.seed)): run for run in runs}
+    chosen, predating, parents, candidates = {}, {}, [], {}
+    for record in tracker.find_runs({"arena.study": runs[0].study}):  # newest first
+        if record.tags.get("arena.kind") == "invocation":
+            parents.append(record)
+        elif record.status == "FINISHED" and (record.tags.get("arena.arm"), record.tags.get("arena.seed")) in wanted:
+            candidates.setdefault((record.tags["arena.arm"], record.tags["arena.seed"]), []).append(record)
+    stale = 0
+    for key, run in wanted.items():  # in the study's order
+        records = candidates.get(key, [])
+        exact = [r for r in records if r.tags.get("arena.config_hash") == run.config_hash]
+        agreeing = [(r, predates(r, run)) for r in records if r not in exact]
+        agreeing = [(r, lacking) for r, lacking in agreeing if lacking is not None]
+        stale += len(records) - len(exact) - len(agreeing)
+        if exact:
+            chosen[(run.arm, run.seed)] = exact[0]
+        elif agreeing:
+            chosen[(run.arm, run.seed)], predating[(run.arm, run.seed)] = agreeing[0]
+    return Found(chosen, predating, stale, parents)
+
+
+def _curve(tracker, run_id: str, key: str, marks: list[int]) -> np.ndarray:
+    at = dict(tracker.history(run_id, key))  # the last value logged at a step wins
+    missing = [mark for mark in marks if mark not in at]
+    if missing:
+        raise ReportError(f"run {run_id} has no {key} at step(s) {missing} (the study's evaluation marks)")
+    return np.array([at[mark] for mark in marks], dtype=float)
+
+
+def _per_prompt(tracker, run_id: str, mark: int) -> np.ndarray:
+    path = f"evaluations/{mark:09d}/per_prompt_rewards.npz"
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            local = tracker.download(run_id, path, folder)
+        except Exception as error:  # MLflow raises its own errors or OSError for a missing artifact
+            raise ReportError(f"run {run_id} has no artifact {path} ({type(error).__name__})") from error
+        with np.load(local) as saved:
+            return saved["rewards"].mean(axis=1)
+
+
+def read_seed_run(tracker, arm: str, seed: int, run_id: str, marks: list[int]) -> SeedRun:
+    keys = [*CURVE_KEYS, *(k for k in tracker.metric_keys(run_id) if LEVEL_KEY.fullmatch(k))]
+    return SeedRun(arm, seed, run_id, {key: _curve(tracker, run_id, key, marks) for key in keys},
+                   _per_prompt(tracker, run_id, marks[0]), _per_prompt(tracker, run_id, marks[-1]))
+
+
+def read_results(tracker, study) -> Results:
+    """Every finished run of ``study`` at its current configuration, read from ``tracker``'s store."""
+    runs = study.runs()
+    marks = marks_of(study)
+    found = finished_runs(tracker, runs)
+    if not found.runs:
+        other = (f"; {found.stale} finished runs of it have another configuration (the study changed since)"
+                 if found.stale else "")
+        raise ReportError(f"no finished run of study {study.name!r} at its current configuration in {tracker.uri} "
+                          f"(experiment {tracker.experiment}){other}: run 'arena run {study.source_path}' first")
+    arms: dict[str, list[SeedRun]] = {}
+    for run in runs:  # arms in the study's order, seeds in its order
+        if (run.arm, run.seed) in found.runs:
+            run_id = found.runs[(run.arm, run.seed)].run_id
+            arms.setdefault(run.arm, []).append(read_seed_run(tracker, run.arm, run.seed, run_id, marks))
+    levels = sorted({int(LEVEL_KEY.fullmatch(k).group(1)) for seeds in arms.values() for run in seeds
+                     for k in run.curves if LEVEL_KEY.fullmatch(k)})
+    return Results(study, np.array(marks, dtype=float), arms,
+                   [(run.arm, run.seed) for run in runs if (run.arm, run.seed) not in found.runs], found.stale,
+                   found.parents[0].run_id if found.parents else None, levels, found.predating)
