@@ -158,6 +158,48 @@ def cmd_run(args) -> None:
                         "fixed:\n" + "\n".join(f"  {o.arm} seed {o.seed}: {o.error}" for o in failed))
 
 
+def cmd_report(args) -> None:
+    from arena.report.comparison import write_study_report
+    from arena.report.records import ReportError
+    from arena.tracking import Tracker, missing_store, resolve_uri
+
+    study = _study(args)
+    uri = resolve_uri(args.tracking_uri, study.tracking.uri)
+    if missing_store(uri):
+        raise UserError(f"no tracking store at {missing_store(uri)}: pass the --tracking-uri that 'arena run' wrote to")
+    out = args.out or Path("reports") / study.name
+    try:
+        report = write_study_report(study, Tracker(uri, study.tracking.experiment), out, args.x)
+    except ReportError as error:
+        raise UserError(str(error)) from None
+    print((out / "summary.md").read_text())
+    print(f"wrote {out}: " + ", ".join(path.name for path in report.paths))
+    if report.logged_to:
+        print(f"logged to the parent run {report.logged_to} ({uri}, experiment {study.tracking.experiment}), "
+              "artifacts report/")
+    for note in report.notes:
+        print(note)
+
+
+def cmd_tune(args) -> None:
+    from arena import tune as tuning
+    from arena.scheduler import Placement
+
+    spec = tuning.load_tune(args.tune, args.profile, args.trials_per_arm)
+    if args.storage:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, storage=args.storage)
+    if args.dry_run:
+        print(tuning.plan(spec, args.workdir))
+        return
+    placement = Placement.auto(args.jobs, args.devices, len(spec.arms) * spec.trials_per_arm)
+    result = tuning.sweep(spec, placement, args.tracking_uri, args.workdir, args.out or Path("reports") / spec.name)
+    if result.gave_up:
+        raise UserError("stopped after as many failed trials as --trials-per-arm: " + "; ".join(
+            f"{o.arm} ({o.counts.failed} failed, e.g. {o.errors[-1]})" for o in result.gave_up))
+
+
 def cmd_ui(args) -> None:
     import os
 
@@ -239,9 +281,10 @@ def add_estimators(commands) -> None:
     parser = _command(
         commands, "estimators", "bias, spread and cost of every likelihood estimator",
         "Sample completions of held-out arithmetic prompts (temperature 1, random unmasking\n"
-        "order), score each with every likelihood estimator and setting (ar, d1, block masked,\n"
-        "Monte Carlo ELBO, Gauss-Legendre) under --repeats independent mask keys, and compare\n"
-        "with a reference ELBO: analytic for blocks of at most 8 tokens, else Monte Carlo.\n"
+        "order, the model's own sub-blocks), score each with every likelihood estimator and\n"
+        "setting (ar, d1, block masked, Monte Carlo ELBO, Gauss-Legendre, trajectory) under\n"
+        "--repeats independent mask keys, and compare with the sampler's sub-block-chain ELBO:\n"
+        "analytic for blocks of at most 8 tokens (with the exact log-likelihood), else Monte Carlo.\n"
         "Prints the table and writes estimators.json, estimators.md and estimators.png into --out.",
         "arena estimators --prompts 8 --draws 1,4 --nodes 2 --out /tmp/estimators", cmd_estimators)
     _add_model(parser)
@@ -325,6 +368,60 @@ def add_run(commands) -> None:
                         help="print the runs, budget and evaluation schedule without loading a model (default: run)")
 
 
+def add_report(commands) -> None:
+    parser = _command(
+        commands, "report", "figures and tables comparing a study's arms, read back from MLflow",
+        "Read the finished runs of a study at its current configuration from MLflow (a study\n"
+        "run earlier, elsewhere, or on a tracking server) and write into --out: tail-reward and\n"
+        "mean-reward curves with 95% bootstrap bands over seeds, per-level curves, the final tail\n"
+        "gain per arm, the tail profile (PNG and PDF each), and summary.md / table.tex with\n"
+        "bootstrap intervals, the probability of improvement and Welch's t-test against the\n"
+        "reference arm. The figures are also logged to the study's latest parent run. What each\n"
+        "shows: docs/reporting.md.",
+        "arena report studies/es_vs_blockgrpo.yaml --x seconds", cmd_report)
+    _add_study(parser)
+    _add_tracking(parser)
+    parser.add_argument("--x", choices=("samples", "tokens", "forward_tokens", "seconds"), default=None,
+                        help="the budget axis of the curves (default: the study's budget unit)")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="folder for the report files (default: reports/<study name>)")
+
+
+def add_tune(commands) -> None:
+    parser = _command(
+        commands, "tune", "equal-budget Optuna sweeps over the arms' options; writes the best as a study snippet",
+        "Tune each arm of a study on its own Optuna study (TPE; pruned at the evaluation points)\n"
+        "until every arm has the same number of finished or pruned trials, each trial a run of\n"
+        "the arm logged to MLflow under one parent run. Trials live in an Optuna journal (or a\n"
+        "database), so a rerun resumes the sweep, and several processes or machines can share\n"
+        "it. Prints the best options per arm and writes them to --out/best.yaml, ready to paste\n"
+        "into the study. The tune file's schema and the fair-comparison recipe: docs/reporting.md.",
+        "arena tune tunes/es_vs_blockgrpo.yaml --trials-per-arm 8 --jobs 2", cmd_tune)
+    parser.add_argument("tune", type=Path, metavar="TUNE",
+                        help="a tune file (YAML): the base study, a search space per arm, trials per arm (required)")
+    parser.add_argument("--trials-per-arm", type=positive_int, default=None, metavar="N",
+                        help="finished or pruned trials every arm gets, no more (default: the tune file's "
+                             "trials_per_arm); a larger N extends a finished sweep")
+    parser.add_argument("--profile", default=None, metavar="NAME",
+                        help="tune at another scale: fast-dllm-v2-1.5b or fast-dllm-v2-7b (default: the embedded tiny "
+                             "model)")
+    _add_tracking(parser)
+    parser.add_argument("--storage", default=None, metavar="PATH|URL",
+                        help="the Optuna storage: a journal file, or a database URL shared by several machines "
+                             "(default: the tune file's storage, else WORKDIR/tune/<name>.journal)")
+    parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                        help="trials in parallel on CPU, the cores split between them (default: one per core; with "
+                             "GPUs, one trial per visible GPU)")
+    parser.add_argument("--devices", default=None, metavar="cuda:0,cuda:1",
+                        help="one trial at a time on each of these devices (default: every visible GPU, else the CPU)")
+    parser.add_argument("--workdir", type=Path, default=Path(".arena"), metavar="DIR",
+                        help="checkpoints, caches and the default journal (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="folder for best.yaml (default: reports/<tune name>)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the arms, search spaces and settings without loading a model (default: tune)")
+
+
 def add_ui(commands) -> None:
     parser = _command(
         commands, "ui", "open the MLflow UI on a study's tracking store",
@@ -341,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="Run 'arena COMMAND --help' for a command's options and an example.")
     parser.add_argument("--version", action="version", version=f"arena {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    for add in (add_run, add_validate, add_ui, add_pretrain, add_sample, add_estimators):
+    for add in (add_run, add_validate, add_report, add_tune, add_ui, add_pretrain, add_sample, add_estimators):
         add(commands)
     return parser
 
@@ -350,9 +447,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     import os
 
+    if os.getcwd() not in sys.path:  # studies name plugins by import path from here, as `python -m arena` does
+        sys.path.insert(0, os.getcwd())
     # MLflow: no usage telemetry, and no run links printed through the progress bars (users may set either)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # arena report downloads many small files
     from arena.config import ConfigError
     from arena.model.policy import CheckpointError  # after parsing: it imports torch
 

@@ -109,18 +109,30 @@ def weight_drift(model, initial: dict[str, torch.Tensor]) -> float:
 
 def train_prompts(task, policy, run, step: int) -> tuple[list[dict], list[list[int]], list[str]]:
     """The step's training prompts: drawn by (seed, step), so every arm of a seed sees the same ones."""
-    examples = task.examples("train", n=run.train.prompts_per_step, seed=seed_of(run.seed, TRAIN_PROMPTS, step))
+    examples = task.examples("train", n=run.train.prompts_per_step, seed=seed_of(run.seed, TRAIN_PROMPTS, step),
+                             source=run.task.source)
     texts = [task.prompt(e, policy.tokenizer) for e in examples]
     return examples, [policy.encode(t) for t in texts], texts
 
 
+class Stop(Exception):
+    """Raised by an ``on_evaluation`` callback to end a run early (a tuner pruning a trial): the run is
+    marked KILLED, and what it logged stays."""
+
+
 def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: str | None = None,
-            position: int = 0, force: bool = False, progress: bool = True) -> Outcome:
-    """Run (or resume, or skip) one (arm, seed) of ``study``; everything it measures goes to ``tracker``."""
+            position: int = 0, force: bool = False, progress: bool = True, on_evaluation=None,
+            tags: dict[str, str] | None = None) -> Outcome:
+    """Run (or resume, or skip) one (arm, seed) of ``study``; everything it measures goes to ``tracker``.
+
+    ``on_evaluation(mark, metrics)``, if given, is called after each evaluation point is logged (the
+    metrics without their ``eval/`` prefix); it may raise ``Stop``. ``tags`` (a tuner's ``arena.tune``,
+    ``arena.trial``) go on the run and, with the run's identity, find it again.
+    """
     from arena.model import load_policy
 
     tags = {"arena.study": run.study, "arena.arm": run.arm, "arena.seed": str(run.seed),
-            "arena.config_hash": run.config_hash}
+            "arena.config_hash": run.config_hash, **(tags or {})}
     directory = run_directory(workdir, run)
     checkpoint_path = directory / "checkpoint.pt"
     previous = tracker.find_runs(tags)
@@ -133,7 +145,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     config = run.config()
     initial = {name: p.detach().to("cpu", copy=True) for name, p in policy.model.named_parameters()}
     method = method_class(run.method)(policy, config, run.seed)
-    evaluator = Evaluator(task, run.evaluation, policy.tokenizer)
+    evaluator = Evaluator(task, run.evaluation, policy.tokenizer, run.task.source)
     start, hard = starting_evaluation(evaluator, policy, Path(workdir) / run.study / f"start-{start_key(run)}.npz")
 
     if resume:
@@ -154,6 +166,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                disable=not progress, dynamic_ncols=True)
     pending: list[tuple[str, float, int]] = []
     shown = {"tail": "-", "step_s": "-"}  # the bar's postfix: the latest tail reward and step time
+    sample: list[dict] = []
     try:
         while state.point < len(points):
             if state.meter.amount(unit) >= points[state.point]:  # ---- an evaluation point
@@ -164,6 +177,8 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                 pending += [(f"budget/{k}", v, mark) for k, v in state.meter.as_dict().items()]
                 pending.append(("eval/weight_drift", weight_drift(policy.model, initial), mark))
                 tracker.log_table(run_id, now.completions, f"evaluations/{mark:09d}/completions.json")
+                if sample:  # a sample of the last training step's completions (prompt index, text, reward)
+                    tracker.log_table(run_id, sample, f"evaluations/{mark:09d}/train_completions.json")
                 tracker.log_npz(run_id, {"rewards": now.rewards, "hard": hard},
                                 f"evaluations/{mark:09d}/per_prompt_rewards.npz")
                 state.point += 1
@@ -173,6 +188,8 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                 pending = []
                 shown["tail"] = f"{metrics['tail_reward']:.3f}"
                 bar.set_postfix(shown, refresh=False)
+                if on_evaluation is not None:
+                    on_evaluation(mark, metrics)
                 continue
             examples, prompts, texts = train_prompts(task, policy, run, state.step)
             began = time.perf_counter()
@@ -181,6 +198,10 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
             seconds = time.perf_counter() - began
             before = state.meter.amount(unit)
             state.meter.used = state.meter.used + result.consumption
+            if unit != "seconds" and state.meter.amount(unit) == before:
+                raise RuntimeError(f"{run.method} step {state.step} consumed no {unit}: the run could never reach its "
+                                   "budget (a method must report its Consumption)")
+            sample = result.completions
             state.meter.seconds += seconds
             state.step += 1
             mark = int(round(state.meter.amount(unit)))
@@ -189,7 +210,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
             shown["step_s"] = f"{seconds:.1f}"
             bar.set_postfix(shown, refresh=False)
     except BaseException as error:
-        tracker.finish(run_id, "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
+        tracker.finish(run_id, "KILLED" if isinstance(error, (KeyboardInterrupt, Stop)) else "FAILED")
         raise
     finally:
         bar.close()

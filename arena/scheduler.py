@@ -167,16 +167,11 @@ def run_all_ray(study, runs, tracker, parent_id: str, workdir: Path, placement: 
 SUMMARY_KEYS = ("eval/tail_gain", "eval/mean_gain", "eval/tail_reward", "budget/seconds")
 
 
-def final_metrics(tracker, run) -> dict[str, float] | None:
-    """The last evaluation point's values of a finished run of ``run`` (its config hash), else None."""
-    found = [r for r in tracker.find_runs({"arena.study": run.study, "arena.arm": run.arm,
-                                           "arena.seed": str(run.seed), "arena.config_hash": run.config_hash})
-             if r.status == "FINISHED"]
-    if not found:
-        return None
+def final_metrics(tracker, run_id: str, unit: str) -> dict[str, float]:
+    """The last evaluation point's values of run ``run_id``."""
     values = {}
-    for key in SUMMARY_KEYS + (f"budget/{run.budget_unit}",):
-        history = tracker.history(found[0].run_id, key)
+    for key in SUMMARY_KEYS + (f"budget/{unit}",):
+        history = tracker.history(run_id, key)
         if history:
             values[key] = history[-1][1]
     return values
@@ -195,10 +190,13 @@ def interval(values: list[float]) -> tuple[float, float]:
 
 def summary_table(study, runs, tracker) -> str:
     """Per arm: tail gain and mean-reward gain (mean ± 95% interval over seeds), budget used, wall time."""
+    from arena.report.records import finished_runs  # the report's rule: both describe the same runs
+
+    found = finished_runs(tracker, runs).runs
     by_arm: dict[str, list[dict]] = {}
     for run in runs:
-        values = final_metrics(tracker, run)
-        if values:
+        if (run.arm, run.seed) in found:
+            values = final_metrics(tracker, found[(run.arm, run.seed)].run_id, run.budget_unit)
             by_arm.setdefault(run.arm, []).append(values)
     alpha = study.evaluation.primary_alpha
     lines = [f"{'arm':<18} {'seeds':>5} {f'tail gain (α={alpha:g})':>22} {'mean-reward gain':>22} "
@@ -273,7 +271,7 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
     print(f"arena run {study.name}: model {study.model}, profile {study.profile or 'none (embedded tiny model)'}, "
           f"{where}, tracking {tracker.uri} (experiment {tracker.experiment})", flush=True)
     parent_id = tracker.start_parent(f"{study.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                                     {"arena.study": study.name, "arena.role": "invocation",
+                                     {"arena.study": study.name,
                                       "arena.git_commit": git_commit(), "arena.profile": study.profile or "none"})
     started = time.time()
     try:

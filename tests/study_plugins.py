@@ -1,8 +1,10 @@
 """A task and a method defined outside the registries, for study files that name them by import path."""
+import math
 import os
 from dataclasses import dataclass
 
 from arena.config import Checked
+from methods.block_grpo import BlockGRPO
 from rewards.noisy_arithmetic import NoisyArithmeticTask
 
 
@@ -67,3 +69,12 @@ class FlakyArithmetic(NoisyArithmeticTask):
         if FlakyArithmetic.calls == int(os.environ.get("ARENA_TEST_REWARD_FAILS_AT", 0)):
             return 1 / 0
         return super().reward(completion, example)
+
+
+class NaNGradientGRPO(BlockGRPO):
+    """block_grpo whose output layer's gradient is NaN at every backward, as a diverging run's would be."""
+
+    def __init__(self, policy, config, seed: int):
+        super().__init__(policy, config, seed)
+        policy.model.get_output_embeddings().weight.register_hook(lambda gradient: gradient * math.nan)
+

@@ -35,7 +35,7 @@ def test_sample_is_reproducible(checkpoint, capsys):
 
 def test_user_mistakes_exit_2_without_traceback(checkpoint, capsys, tmp_path):
     code, out = sample(capsys, "--model", str(tmp_path / "missing"), "--prompt", "1+1=")
-    assert code == 2 and "huggingface-cli download" in out.err and "--model tiny" in out.err and "Traceback" not in out.err
+    assert code == 2 and "hf download" in out.err and "--model tiny" in out.err and "Traceback" not in out.err
     code, out = sample(capsys, "--model", str(checkpoint), "--prompt", "")
     assert code == 2 and "--prompt" in out.err
 

@@ -37,7 +37,7 @@ class Levels:
 
     name, reward_range = "levels", (0.0, 1.0)
 
-    def examples(self, split, n, seed):
+    def examples(self, split, n, seed, source=None):
         return [{"difficulty": 1 + i % 2} for i in range(n)]
 
     def prompt(self, example, tokenizer=None):

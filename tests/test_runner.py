@@ -137,6 +137,18 @@ def test_a_reward_that_raises_stops_its_run_with_a_named_error_and_the_rerun_res
     assert steps(client, run.info.run_id, "eval/tail_gain") == MARKS
 
 
+def test_a_method_that_goes_non_finite_fails_its_run_naming_the_step_and_the_statistic(in_tmp, capsys):
+    options = {"lr": 1e-4, "group_size": 4, "max_new_tokens": 8, "max_skipped_steps": 2}
+    study = {**STUDY, "seeds": [0], "arms": {"nan": {"method": "study_plugins:NaNGradientGRPO", "options": options}}}
+    assert main(["run", str(write(in_tmp, study)), "--jobs", "1"]) == 2  # 2 steps of 16 samples: both skipped
+    err = capsys.readouterr().err
+    assert "1 of 1 runs failed" in err
+    assert "NonFiniteError: block_grpo step 1 (inner iteration 0): gradient norm is nan" in err
+    assert "2 consecutive steps skipped (max_skipped_steps: 2)" in err
+    (run,), _ = children(client_for(in_tmp), "e2e")
+    assert run.info.status == "FAILED"
+
+
 def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_curve(tmp_path):
     """SIGKILL in a subprocess after the first training evaluation; the rerun continues from that
     checkpoint; every metric has each step exactly once, with the values of an uninterrupted run."""

@@ -68,7 +68,7 @@ def test_missing_weights_are_one_clear_error_before_anything_runs(tmp_path, caps
     path.write_text("arms: {a: {method: grpo}}\n")
     assert main(["run", str(path), "--model", str(tmp_path / "no-weights-here")]) == 2
     err = capsys.readouterr().err
-    assert "no-weights-here" in err and "huggingface-cli download" in err and "Traceback" not in err
+    assert "no-weights-here" in err and "hf download" in err and "Traceback" not in err
     assert not (tmp_path / "mlflow.db").exists()  # nothing started
 
 

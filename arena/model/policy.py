@@ -102,7 +102,7 @@ def resolve_checkpoint(source: str) -> Path:
             tried.append(f"hub id {source!r}: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
     raise CheckpointError(
         f"could not load a Fast-dLLM v2 checkpoint from {source!r}; tried " + "; ".join(tried)
-        + ". To provide it: on a machine with network, `huggingface-cli download HUB_ID --local-dir DIR`, then pass "
+        + ". To provide it: on a machine with network, `hf download HUB_ID --local-dir DIR`, then pass "
         "--model DIR (or point HF_HOME at a hub cache that holds it); --model tiny is the embedded tiny model."
     )
 
