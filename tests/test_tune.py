@@ -23,21 +23,10 @@ from optuna.trial import TrialState
 from arena import tune as tuning
 from arena.cli import main
 from arena.study import StudyError, load_study, validate
+from test_runner import STUDY as RUNNER_STUDY
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDY = {  # tests/test_runner.py's small study, one seed
-    "name": "small",
-    "task": {"name": "noisy_arithmetic", "levels": [1, 2]},
-    "train": {"prompts_per_step": 4},
-    "evaluation": {"prompts": 12, "samples": 2, "points": 3, "max_new_tokens": 8, "alphas": [0.25, 0.5],
-                   "primary_alpha": 0.5},
-    "budget": {"unit": "samples", "amount": 32},
-    "seeds": [0],
-    "arms": {
-        "block_grpo": {"method": "block_grpo", "options": {"lr": 1e-4, "group_size": 4, "max_new_tokens": 8}},
-        "es": {"method": "es", "options": {"population": 4, "max_new_tokens": 8, "sigma": 0.01, "alpha": 0.01}},
-    },
-}
+STUDY = {**RUNNER_STUDY, "name": "small", "seeds": [0]}  # tests/test_runner.py's small study, one seed
 TUNE = {
     "study": "study.yaml",
     "space": {"block_grpo": {"lr": {"log_uniform": [1e-5, 1e-2]}}, "es": {"sigma": {"log_uniform": [1e-3, 1e-1]}}},
