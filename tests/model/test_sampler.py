@@ -1,6 +1,7 @@
 """The sampler against independent oracles: uncached decoding, single rows, the scorer, enumeration."""
 import dataclasses
 import math
+from collections import Counter
 
 import pytest
 import torch
@@ -153,6 +154,13 @@ def chi_square_pvalue(counts: dict, logprob: dict, n: int) -> float:
     return stats.chisquare(observed, predicted).pvalue
 
 
+def sampled_blocks(policy, sub_block: int) -> dict[tuple, int]:
+    """How often each block comes out of SUB_SAMPLES random-order decodings of SUB_PROMPT."""
+    config = SamplerConfig(max_new_tokens=3, temperature=1.0, order="random", sub_block=sub_block)
+    out = generate(policy, [SUB_PROMPT] * SUB_SAMPLES, config, seed=17, row_ids=list(range(SUB_SAMPLES)))
+    return dict(Counter(tuple(tokens) for tokens in out.tokens))
+
+
 def test_random_order_block_frequencies_match_exact_likelihood(small_vocab_policy, sub_block_oracle):
     """Chi-square: sampled blocks vs exp(exact log-lik), enumerated over all unmasking orders (sub-block = block).
 
@@ -161,11 +169,7 @@ def test_random_order_block_frequencies_match_exact_likelihood(small_vocab_polic
     (false-alarm rate 0.1%).
     """
     _, whole = sub_block_oracle
-    config = SamplerConfig(max_new_tokens=3, temperature=1.0, order="random", sub_block=4)
-    out = generate(small_vocab_policy, [SUB_PROMPT] * SUB_SAMPLES, config, seed=17, row_ids=list(range(SUB_SAMPLES)))
-    counts = {}
-    for tokens in out.tokens:
-        counts[tuple(tokens)] = counts.get(tuple(tokens), 0) + 1
+    counts = sampled_blocks(small_vocab_policy, sub_block=4)
     whole_logp = {o: parts[0].exact for o, parts in zip(OUTCOMES, whole)}
     assert sum(math.exp(v) for v in whole_logp.values()) == pytest.approx(1.0, rel=1e-6)  # the oracle is a distribution
     assert chi_square_pvalue(counts, whole_logp, SUB_SAMPLES) > 1e-3
@@ -176,11 +180,7 @@ def test_random_order_with_sub_blocks_matches_the_sub_block_chain(small_vocab_po
     likelihood Σ_s log p(sub-block s | earlier clean, later masked), enumerated (p > 1e-3), and the same
     test rejects the whole-block random-order likelihood (p < 1e-6): it has the power to tell them apart."""
     chain, whole = sub_block_oracle
-    config = SamplerConfig(max_new_tokens=3, temperature=1.0, order="random", sub_block=2)
-    out = generate(small_vocab_policy, [SUB_PROMPT] * SUB_SAMPLES, config, seed=17, row_ids=list(range(SUB_SAMPLES)))
-    counts = {}
-    for tokens in out.tokens:
-        counts[tuple(tokens)] = counts.get(tuple(tokens), 0) + 1
+    counts = sampled_blocks(small_vocab_policy, sub_block=2)
     chain_logp = {o: sum(part.exact for part in parts) for o, parts in zip(OUTCOMES, chain)}
     whole_logp = {o: parts[0].exact for o, parts in zip(OUTCOMES, whole)}
     for logp in (chain_logp, whole_logp):  # each oracle is a distribution over the 512 blocks
