@@ -63,11 +63,12 @@ class Evaluation:
 
 
 class Evaluator:
-    """Decodes the study's fixed held-out prompts; ``spec`` is the study's evaluation section."""
+    """Decodes the study's fixed evaluation prompts (held out, or the train split's when tuning); ``spec`` is the
+    study's evaluation section."""
 
     def __init__(self, task, spec, tokenizer=None, source: str | None = None):
         self.task, self.spec = task, spec
-        self.examples = task.examples("heldout", n=spec.prompts, seed=spec.seed, source=source)
+        self.examples = task.examples(spec.split, n=spec.prompts, seed=spec.seed, source=source)
         self.texts = [task.prompt(e, tokenizer) for e in self.examples]
         self.levels = [e.get("difficulty") for e in self.examples]
         lo, hi = getattr(task, "reward_range", (0.0, 1.0))

@@ -13,7 +13,8 @@ A study compares arms (optimizers with their options) on shared settings, one va
     train:
       prompts_per_step: 16      # prompts drawn from the train split per method step
     evaluation:
-      prompts: 128              # fixed held-out prompts
+      prompts: 128              # fixed evaluation prompts, from split
+      split: heldout            # heldout (reports) | train (the training split's own prompts: tuning)
       samples: 8                # k samples per prompt
       temperature: 1.0
       max_new_tokens: 8
@@ -112,6 +113,7 @@ class TrainSpec(Section):
 @dataclass(frozen=True)
 class EvaluationSpec(Section):
     prompts: int = 128
+    split: Literal["heldout", "train"] = "heldout"
     samples: int = 8
     temperature: float = 1.0
     max_new_tokens: int = 8

@@ -21,7 +21,8 @@ section but ``study`` and ``space`` is optional; the values shown are the defaul
                                 # curve divided by the budget (the average tail reward over the run)
     seeds: 1                    # training seeds per trial: a count n (the first n integers that are not
                                 # seeds of the study) or a list; a trial's value is the mean over its seeds
-    evaluation: {}              # merged over the study's evaluation section; seed default: the study's + 1
+    evaluation: {}              # merged over the study's evaluation section; defaults: split train (the training
+                                # split's own prompts, never the held-out ones the study reports on), seed the study's + 1
     budget: {}                  # merged over the study's budget section
     pruner: {name: median, n_startup_trials: 2, n_warmup_steps: 0}  # median | percentile | threshold | none
     seed: 0                     # keys each arm's TPE sampler (with the arm and the trial number)
@@ -304,7 +305,7 @@ def load_tune(path, profile: str | None = None, trials_per_arm: int | None = Non
                 space[arm][option] = parsed
 
     shared = {}
-    for key, cls, default in (("evaluation", EvaluationSpec, {"seed": base.evaluation.seed + 1}),
+    for key, cls, default in (("evaluation", EvaluationSpec, {"seed": base.evaluation.seed + 1, "split": "train"}),
                               ("budget", BudgetSpec, {})):
         given_section = raw.get(key) or {}
         if not isinstance(given_section, dict):
@@ -341,7 +342,8 @@ def plan(tune: Tune, workdir) -> str:
     lines = [f"tune {tune.name}: study {base.source_path}, {len(tune.arms)} arms x {tune.trials_per_arm} trials "
              f"(finished or pruned), objective {tune.objective}",
              f"each trial: seeds {list(settings.seeds)}, budget {settings.budget.amount:g} {settings.budget.unit}, "
-             f"evaluation seed {settings.evaluation.seed} (the study reports on {base.evaluation.seed}), "
+             f"evaluation on the {settings.evaluation.split} split, seed {settings.evaluation.seed} (the study reports on "
+             f"the {base.evaluation.split} split, seed {base.evaluation.seed}), "
              f"{settings.evaluation.points} points, {settings.evaluation.prompts} prompts x "
              f"{settings.evaluation.samples} samples",
              f"pruner {tune.pruner.name}; sampler TPE keyed by seed {tune.seed}; storage {tune.storage_url(workdir)}"]
@@ -785,7 +787,8 @@ def snippet(tune: Tune, found: list[ArmOutcome]) -> str:
                 break
     header = [f"# arena tune {tune.source_path}: the best of {tune.trials_per_arm} trials per arm by {tune.objective}",
               f"# (budget {tune.settings.budget.amount:g} {tune.settings.budget.unit}, seeds "
-              f"{list(tune.settings.seeds)}, evaluation seed {tune.settings.evaluation.seed}"
+              f"{list(tune.settings.seeds)}, evaluation {tune.settings.evaluation.split} split seed "
+              f"{tune.settings.evaluation.seed}"
               + (f", profile {base.profile}" if base.profile else "") + ")",
               f"# paste over the arms of the same names in {base.source_path}, then: arena run {base.source_path}"
               + (f" --profile {base.profile}" if base.profile else "")]
@@ -825,11 +828,14 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
         for number in fail_stale(studies[arm]):
             print(f"{arm} trial {number}: its process is gone; retried with the same options", flush=True)
     print(f"arena tune {tune.name}: {len(tune.arms)} arms x {tune.trials_per_arm} trials, objective {tune.objective}, "
-          f"evaluation seed {tune.settings.evaluation.seed}, {placement.slots} at a time, storage {storage_url}, "
+          f"evaluation {tune.settings.evaluation.split} split seed {tune.settings.evaluation.seed}, "
+          f"{placement.slots} at a time, storage {storage_url}, "
           f"tracking {tracker.uri} (experiment {tracker.experiment})", flush=True)
-    if tune.settings.evaluation.seed == tune.base.evaluation.seed:
-        print(f"warning: evaluation seed {tune.base.evaluation.seed} is the study's: the settings are selected on the "
-              "prompts that report the results (the default is the study's seed + 1)", flush=True)
+    if (tune.settings.evaluation.split, tune.settings.evaluation.seed) == (tune.base.evaluation.split,
+                                                                           tune.base.evaluation.seed):
+        print(f"warning: evaluation {tune.base.evaluation.split} split seed {tune.base.evaluation.seed} is the study's: "
+              "the settings are selected on the prompts that report the results (the default is the train split, "
+              "seed the study's + 1)", flush=True)
     tags = {"arena.study": tune.name, "arena.tune": tune.name, "arena.base_study": tune.base.name,
             "arena.objective": tune.objective, "arena.git_commit": git_commit(),
             "arena.profile": tune.base.profile or "none", "arena.optuna": optuna.__version__,

@@ -28,7 +28,7 @@ def test_pass_at_k_is_the_chance_that_k_of_n_draws_without_replacement_hit(n, c,
 
 def spec(**changes):
     values = dict(prompts=4, samples=2, temperature=1.0, max_new_tokens=4, alphas=(0.25, 0.5), primary_alpha=0.5,
-                  hard_fraction=0.5, points=3, seed=0)
+                  hard_fraction=0.5, points=3, seed=0, split="heldout")
     return SimpleNamespace(**{**values, **changes})
 
 
@@ -98,3 +98,15 @@ def test_a_reward_that_raises_or_returns_nan_is_named():
         checked_reward(Broken(), {}, "p", "nan")
     with pytest.raises(RewardError, match="reward raised ZeroDivisionError.*completion 'x'"):
         checked_reward(Broken(), {}, "p", "x")
+
+
+def test_the_evaluation_split_picks_the_prompts_train_for_tuning_heldout_for_reports():
+    from arena.study import EvaluationSpec
+    from rewards.noisy_arithmetic import NoisyArithmeticTask
+
+    task = NoisyArithmeticTask(levels=(1, 2))
+    held, train = (Evaluator(task, EvaluationSpec(prompts=32, split=split)).examples for split in ("heldout", "train"))
+    question = lambda examples: {task.prompt(e) for e in examples}  # noqa: E731
+    assert question(held) & question(train) == set()  # the splits never share a prompt
+    assert question(train) <= question(task.examples("train", n=256, seed=0))
+    assert held == task.examples("heldout", n=32, seed=0)

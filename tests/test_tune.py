@@ -72,7 +72,7 @@ def test_a_sweep_gives_every_arm_n_trials_as_nested_runs_and_writes_a_snippet_th
     path = write_tune(in_tmp, objective="tail_auc")
     assert main(["tune", str(path), "--trials-per-arm", "3", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
-    assert "arena tune tune: 2 arms x 3 trials, objective tail_auc, evaluation seed 1" in out
+    assert "arena tune tune: 2 arms x 3 trials, objective tail_auc, evaluation train split seed 1" in out
     assert "best tail_auc" in out and "wrote reports/tune/best.yaml" in out
 
     found = trials(in_tmp)
@@ -264,7 +264,7 @@ def test_dry_run_and_the_shipped_tune_file(in_tmp, capsys, monkeypatch):
     assert main(["tune", str(write_tune(in_tmp)), "--trials-per-arm", "3", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "tune tune: study study.yaml, 2 arms x 3 trials" in out
-    assert "evaluation seed 1 (the study reports on 0)" in out and "block_grpo (block_grpo): lr log_uniform" in out
+    assert "evaluation on the train split, seed 1 (the study reports on the heldout split, seed 0)" in out and "block_grpo (block_grpo): lr log_uniform" in out
     assert not (in_tmp / ".arena").exists() and not (in_tmp / "mlflow.db").exists()
     monkeypatch.chdir(ROOT)
     shipped = tuning.load_tune("tunes/es_vs_blockgrpo.yaml")
