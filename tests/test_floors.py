@@ -5,7 +5,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("arena", "methods", "rewards")
+PACKAGES = ("arena", "methods", "rewards", "experiments")
 
 # a module, or a package whose modules all share its floor (marked with ".*") -> floor
 FLOORS = {
@@ -18,6 +18,8 @@ FLOORS = {
     # driving: what runs methods against tasks, measures and reports
     "arena.estimators": 3, "arena.evaluate": 3, "arena.study": 3, "arena.runner": 3, "arena.scheduler": 3,
     "arena.tune": 3, "arena.report.*": 3, "arena.profiles": 3, "arena.testbed": 3,
+    # experiments: variants that studies name by import path and nothing in the packages imports
+    "experiments.*": 3,
     # commands: parse, call the floors below, print
     "arena.cli": 4, "arena.__main__": 4,
 }
@@ -92,3 +94,10 @@ def test_the_checker_sees_an_upward_import_and_a_circle(tmp_path):
     assert floor("methods.grpo") > floor("arena.model.sampler")
     edges = graph()
     assert "arena.model.layout" in edges["arena.model.policy"]  # real edges are read
+
+
+def test_no_package_imports_the_experiments():
+    """Experiment-only variants (the seed's bugs) stay out of every code path a study does not name."""
+    users = {name: sorted(d for d in deps if d.startswith("experiments")) for name, deps in graph().items()
+             if not name.startswith("experiments")}
+    assert not {name: found for name, found in users.items() if found}

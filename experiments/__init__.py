@@ -1,0 +1,1 @@
+"""Experiment-only variants of the methods (studies name them by import path); never imported by arena or methods."""
