@@ -103,6 +103,7 @@ class Significance:
     name: str
     statistic: float
     p: float
+    detectable: float = math.nan  # the smallest true difference this test detects at 80% power (``detectable_effect``)
 
 
 WELCH = "Welch's t-test"
@@ -117,7 +118,21 @@ def welch_test(x, y) -> Significance:
     if min(len(x), len(y)) < 2 or (np.ptp(x) == 0 and np.ptp(y) == 0):
         return Significance(WELCH, math.nan, math.nan)
     result = stats.ttest_ind(x, y, equal_var=False)
-    return Significance(WELCH, float(result.statistic), float(result.pvalue))
+    return Significance(WELCH, float(result.statistic), float(result.pvalue), detectable_effect(x, y))
+
+
+def detectable_effect(x, y, power: float = 0.8, level: float = 0.05) -> float:
+    """The smallest true difference of means that Welch's two-sided test at ``level`` detects with probability
+    ``power``, at these seed counts and spreads: (t_(1-level/2, ν) + t_(power, ν)) · sqrt(s_x²/n_x + s_y²/n_y),
+    ν by Welch-Satterthwaite (the usual approximation to the noncentral t; the spreads are the observed ones)."""
+    from scipy import stats
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    if vx + vy == 0:
+        return math.nan
+    nu = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
+    return float((stats.t.ppf(1 - level / 2, nu) + stats.t.ppf(power, nu)) * math.sqrt(vx + vy))
 
 
 def area_under_curve(marks, values) -> np.ndarray:

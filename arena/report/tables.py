@@ -58,7 +58,9 @@ arm has a single seed.
   final tail gain is higher, ties counting half (the Mann-Whitney U over n·m); its interval resamples both
   arms' seeds, each within its arm;
 - **Welch's t-test**: two-sided, unequal variances (`scipy.stats.ttest_ind(equal_var=False)`), final tail gain
-  of this arm against the reference arm's."""
+  of this arm against the reference arm's; **detectable**: the smallest true difference that test finds with
+  80% power at these seeds and spreads ((t_(0.975, ν) + t_(0.8, ν)) · standard error of the difference): a
+  "no significant difference" rules out effects of about that size, not smaller ones."""
 
 
 def _number(value: float, signed: bool) -> str:
@@ -97,8 +99,10 @@ def significance_cell(row: Row, latex: bool = False) -> str:
     if not math.isfinite(row.test.p):
         fewest = row.improvement.seeds  # the fewer seeds of the two arms
         return _why(fewest) if fewest < 2 else "n/a (no spread)"
-    text = f"t = {row.test.statistic:+.2f}, {_p(row.test.p)}"
-    return _math(text.replace("p < ", "p<").replace(" = ", "=")) if latex else text
+    text, detectable = f"t = {row.test.statistic:+.2f}, {_p(row.test.p)}", f"{row.test.detectable:.3f}"
+    if latex:
+        return _math(text.replace("p < ", "p<").replace(" = ", "=")) + f", detectable {_math(detectable)}"
+    return f"{text}, detectable {detectable}"
 
 
 def cells(row: Row, latex: bool = False) -> list[str]:
