@@ -5,7 +5,9 @@ length and the per-method settings that depend on the scale. The profile's metho
 the arm's values of the same keys (a learning rate or a decoding length tuned on the tiny model means
 nothing at 7B); the arm's other options (its estimator, its draws) stay; and an arm's
 ``at: {PROFILE: {...}}`` block goes on top of both, so a study that varies a scale-dependent option
-states it per scale. Nothing falls back: a profile names its model; a missing checkpoint is an error.
+states it per scale. The study's own top-level ``at: {PROFILE: {budget: ..., seeds: ...}}`` does the same
+for its shared sections (``AT_SECTIONS``): a budget sized for a GPU-hour allowance at 7B is not the one a
+CPU runs in minutes. Nothing falls back: a profile names its model; a missing checkpoint is an error.
 
 Method defaults follow the peers' published settings (shared/research/dllm_rl_peers.md, es_llm.md):
 d1 / diffu-GRPO at 7B-8B ran LoRA r=128, α=64, lr 3e-6, ε=0.5, β=0.04, max_grad_norm 0.2, weight
@@ -41,6 +43,9 @@ PROFILES = {
 }
 
 
+AT_SECTIONS = ("budget", "seeds", "train", "evaluation")  # what a study's top-level ``at`` may set per profile
+
+
 def apply_profile(raw: dict, name: str | None) -> dict:
     """The raw study dict as it runs under profile ``name`` (None: unchanged, minus the ``at`` blocks)."""
     raw = copy.deepcopy(raw)
@@ -51,6 +56,23 @@ def apply_profile(raw: dict, name: str | None) -> dict:
         raw["model"] = profile["model"]
         for section in ("task", "train", "evaluation"):
             raw[section] = {**(raw.get(section) or {}), **profile[section]}
+    study_at = raw.pop("at", None) or {}
+    if not isinstance(study_at, dict):
+        raise ConfigError([Problem("at", f"expected profile -> {{{', '.join(AT_SECTIONS)}}}, got {study_at!r}")])
+    for key, sections in study_at.items():
+        if key not in PROFILES:
+            problems.append(Problem(f"at.{key}", unknown_key(key, PROFILES).message.replace("option", "profile")))
+            continue
+        if not isinstance(sections, dict):
+            problems.append(Problem(f"at.{key}", f"expected a mapping of {', '.join(AT_SECTIONS)}, got {sections!r}"))
+            continue
+        for section, value in sections.items():
+            if section not in AT_SECTIONS:
+                problems.append(Problem(f"at.{key}.{section}", f"a profile may set {', '.join(AT_SECTIONS)} of "
+                                                                 f"the study, not {section!r}"))
+            elif key == name:  # a mapping merges over the section; seeds (a list or a count) replace
+                merge = isinstance(value, dict) and isinstance(raw.get(section), dict)
+                raw[section] = {**raw[section], **value} if merge else value
     arms = raw.get("arms")
     for arm_name, arm in (arms.items() if isinstance(arms, dict) else ()):
         if not isinstance(arm, dict):

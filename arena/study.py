@@ -31,6 +31,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
       uri: null                 # MLflow tracking URI (precedence is the command line's business)
       experiment: null          # null: the study name
     reference: null             # the arm the others are compared with; null: the first arm
+    at: {}                      # profile -> {budget, seeds, train, evaluation} under that profile (arena.profiles)
     arms:                       # required: name -> arm, in run order
       block_grpo:
         method: block_grpo      # a registered method, or "package.module:Name" (a class with .Config)

@@ -8,6 +8,7 @@ import pytest
 
 from arena.cli import main
 from arena.profiles import PROFILES
+from arena.study import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "studies").glob("*.yaml"))
@@ -38,6 +39,10 @@ MALFORMED = {
     "empty file": ("", "the file is empty"),
     "unknown profile name": ("arms:\n  a: {method: grpo, at: {fast-dllm-v2-8b: {lr: 1}}}\n",
                              "arms.a.at.fast-dllm-v2-8b: unknown profile; did you mean 'fast-dllm-v2-7b'?"),
+    "unknown profile in the study's at": ("at: {fast-dllm-v2-8b: {seeds: 3}}\narms: {a: {method: grpo}}\n",
+                                          ":1: at.fast-dllm-v2-8b: unknown profile; did you mean 'fast-dllm-v2-7b'?"),
+    "a section a profile may not set": ("at: {fast-dllm-v2-7b: {arms: {}}}\narms: {a: {method: grpo}}\n",
+                                        "at.fast-dllm-v2-7b.arms: a profile may set budget, seeds, train, evaluation"),
 }
 
 
@@ -84,3 +89,15 @@ def test_ui_serves_the_study_store(tmp_path, monkeypatch, capsys):
     assert main(["ui", str(path), "--port", "5123"]) == 0
     (argv,) = calls
     assert argv[1:4] == ["-m", "mlflow", "ui"] and f"sqlite:///{tmp_path / 'runs.db'}" in argv and "5123" in argv
+
+
+def test_the_studys_at_block_sets_shared_sections_for_its_profile_only(tmp_path):
+    path = tmp_path / "study.yaml"
+    path.write_text("budget: {amount: 3072}\nseeds: [0, 1, 2, 3, 4]\n"
+                    "at:\n  fast-dllm-v2-7b: {budget: {amount: 12288}, seeds: [0, 1, 2]}\n"
+                    "  fast-dllm-v2-1.5b: {seeds: 2}\n"
+                    "arms: {a: {method: grpo}}\n")
+    tiny, large, small = (load_study(path, profile) for profile in (None, "fast-dllm-v2-7b", "fast-dllm-v2-1.5b"))
+    assert (tiny.budget.amount, tiny.seeds) == (3072, (0, 1, 2, 3, 4))
+    assert (large.budget.amount, large.budget.unit, large.seeds) == (12288, "samples", (0, 1, 2))
+    assert (small.budget.amount, small.seeds) == (3072, (0, 1))
