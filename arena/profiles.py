@@ -46,8 +46,11 @@ PROFILES = {
 AT_SECTIONS = ("budget", "seeds", "train", "evaluation")  # what a study's top-level ``at`` may set per profile
 
 
-def apply_profile(raw: dict, name: str | None) -> dict:
-    """The raw study dict as it runs under profile ``name`` (None: unchanged, minus the ``at`` blocks)."""
+def apply_profile(raw: dict, name: str | None, family=lambda method: method) -> dict:
+    """The raw study dict as it runs under profile ``name`` (None: unchanged, minus the ``at`` blocks).
+
+    ``family(method)`` names the registered method whose scale settings an arm's method takes (a method
+    given by import path that extends ``block_grpo`` takes block-GRPO's)."""
     raw = copy.deepcopy(raw)
     if name is not None and name not in PROFILES:
         raise ConfigError([Problem("--profile", f"unknown profile {name!r}; known profiles: {', '.join(PROFILES)}")])
@@ -80,7 +83,7 @@ def apply_profile(raw: dict, name: str | None) -> dict:
         at = arm.pop("at", None) or {}
         problems += [Problem(f"arms.{arm_name}.at.{key}", unknown_key(key, PROFILES).message.replace("option", "profile"))
                      for key in at if key not in PROFILES]
-        defaults = profile.get("methods", {}).get(arm.get("method"), {})
+        defaults = profile.get("methods", {}).get(family(arm.get("method")), {}) if profile else {}
         arm["options"] = {**(arm.get("options") or {}), **defaults, **(at.get(name) or {})}
     if problems:
         raise ConfigError(problems)

@@ -337,6 +337,17 @@ def digest(value) -> str:
 # names -> methods and tasks
 
 
+def method_family(name):
+    """The registered name a method goes by: its own, or, for 'package.module:Name', the ``name`` of the
+    registered method it extends (None if it extends none, or cannot be imported: validation says why)."""
+    if not isinstance(name, str) or ":" not in name:
+        return name
+    try:
+        return getattr(_import(name, "method"), "name", None)
+    except ConfigError:
+        return None
+
+
 def _import(path: str, field_name: str):
     module, _, name = path.partition(":")
     try:
@@ -461,7 +472,7 @@ def load_study(path, profile: str | None = None) -> Study:
         raise StudyError([Located("", "the file is empty; a study needs at least an 'arms:' section", source)])
     if isinstance(raw, dict):
         try:
-            raw = apply_profile(raw, profile)
+            raw = apply_profile(raw, profile, method_family)
         except ConfigError as error:
             raise located(found + error.problems, source, lines) from None
     return validate(raw, source, lines, found, profile or "")

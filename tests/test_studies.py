@@ -101,3 +101,11 @@ def test_the_studys_at_block_sets_shared_sections_for_its_profile_only(tmp_path)
     assert (tiny.budget.amount, tiny.seeds) == (3072, (0, 1, 2, 3, 4))
     assert (large.budget.amount, large.budget.unit, large.seeds) == (12288, "samples", (0, 1, 2))
     assert (small.budget.amount, small.seeds) == (3072, (0, 1))
+
+
+def test_a_method_given_by_import_path_takes_the_scale_settings_of_the_method_it_extends(tmp_path):
+    path = tmp_path / "study.yaml"
+    path.write_text("arms:\n  a: {method: 'experiments.silent_bugs:SeedBugBlockGRPO', options: {lr: 1.0e-4, "
+                    "bug: log_of_sum}}\n")
+    options = load_study(path, "fast-dllm-v2-7b").arms["a"].options
+    assert options["lr"] == PROFILES["fast-dllm-v2-7b"]["methods"]["block_grpo"]["lr"] and options["bug"] == "log_of_sum"
