@@ -11,6 +11,7 @@ import concurrent.futures
 import math
 import multiprocessing
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,8 +70,23 @@ def _claim_slot(slots, threads: int) -> None:
     import torch
 
     global _slot
+    exit_with_parent()
     _slot = slots.get()
     torch.set_num_threads(threads)
+
+
+def exit_with_parent(poll_seconds: float = 1.0) -> None:
+    """End this pool worker when the invocation that started it dies. A SIGKILL'd ``arena run`` or ``arena tune``
+    cannot stop its workers, which would go on training (and logging) runs that the rerun resumes at the same
+    time; the rerun's resume is safe once they are gone (checkpoints are written atomically)."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll_seconds)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _worker(run, study, uri: str, experiment: str, parent_id: str, workdir: str, placement: Placement,

@@ -63,6 +63,7 @@ from optuna.trial import TrialState
 
 from arena.config import ConfigError, Problem, build, type_problem, unknown_key
 from arena.rng import name_key, seed_of
+from arena.scheduler import exit_with_parent
 from arena.study import (NAME, BudgetSpec, EvaluationSpec, Located, Section, Study, StudyError, TrackingSpec,
                          digest, load_study, located, method_class, plain, read_yaml, validate)
 
@@ -848,7 +849,8 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
             trials = work(tune, storage_url, tracker, parent_id, Path(workdir), placement.device(0), 0, progress)
         else:
             context = multiprocessing.get_context("spawn")
-            with concurrent.futures.ProcessPoolExecutor(placement.slots, mp_context=context) as pool:
+            with concurrent.futures.ProcessPoolExecutor(placement.slots, mp_context=context,
+                                                        initializer=exit_with_parent) as pool:
                 futures = [pool.submit(_worker, tune, storage_url, tracker.uri, tracker.experiment, parent_id,
                                        str(workdir), placement.device(slot), slot, placement.threads(), progress)
                            for slot in range(placement.slots)]

@@ -1,5 +1,6 @@
 """`arena run` end to end on the shipped tiny model, asserting on what MLflow holds: runs, tags, aligned
 metric histories, artifacts; skip and resume; a killed run resumes with every point exactly once."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -187,6 +188,44 @@ def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_curve(tmp_path):
         curves.append(history)
     assert [s for s, _ in curves[0]["eval/tail_reward"]] == [0, 16, 32, 48, 64]
     assert curves[0] == curves[1]
+
+
+def pool_workers(parent: int) -> list[int]:
+    """Pids of the spawned pool workers whose parent is ``parent`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+            if int(fields[1]) == parent and b"spawn_main" in command:
+                found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_a_killed_invocation_takes_its_pool_workers_with_it(tmp_path):
+    """SIGKILL ``arena run --jobs 2`` while both workers train: within seconds they are gone too, instead of
+    training on beside the rerun that resumes their runs."""
+    study = {**STUDY, "budget": {"unit": "samples", "amount": 4096}}
+    write(tmp_path, study)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    process = subprocess.Popen([sys.executable, "-m", "arena", "run", "study.yaml", "--jobs", "2"], cwd=tmp_path,
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, workers = time.time() + 300, []
+    while time.time() < deadline and process.poll() is None and not list((tmp_path / ".arena").glob("**/checkpoint.pt")):
+        time.sleep(0.2)
+    workers = pool_workers(process.pid)
+    assert process.poll() is None and len(workers) == 2, "the workers never started training"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.time() + 30
+    while time.time() < deadline and any(Path(f"/proc/{pid}").exists() for pid in workers):
+        time.sleep(0.2)
+    left = [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "pool workers outlived their invocation"
 
 
 def test_parallel_jobs_share_one_sqlite_store(in_tmp):
