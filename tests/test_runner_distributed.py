@@ -30,7 +30,7 @@ def study(sharding: str) -> dict:
 
 def arena_run(folder: Path, processes: int, **env) -> subprocess.CompletedProcess:
     """``arena run study.yaml`` in ``folder``: plainly, or under torchrun with ``processes`` ranks."""
-    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)] if processes > 1 else []
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else []
     environment = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "OMP_NUM_THREADS": "1", **env}
     environment.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.run([sys.executable, *launcher, "-m", "arena", "run", "study.yaml"], cwd=folder,
@@ -67,7 +67,7 @@ def one_process(tmp_path_factory) -> dict:
     return curves(folder)[1]
 
 
-@pytest.mark.slow  # about 35 s on 2 shared cores, with the one-process run 55 s
+@pytest.mark.slow  # 20-31 s on 2 shared cores, and 10-17 s for the one-process run it is compared with
 def test_replicas_on_two_processes_log_the_one_process_run_once_and_a_rerun_skips(tmp_path, one_process):
     write(tmp_path, study("none"))
     done = arena_run(tmp_path, 2)
@@ -86,7 +86,7 @@ def test_replicas_on_two_processes_log_the_one_process_run_once_and_a_rerun_skip
     assert len(runs) == 1 and len(parents) == 2
 
 
-@pytest.mark.slow  # about 45 s on 2 shared cores
+@pytest.mark.slow  # 22-39 s on 2 shared cores
 def test_fsdp_on_two_processes_resumes_from_its_shards_onto_the_one_process_curve(tmp_path, one_process):
     write(tmp_path, study("fsdp"))
     # each rank counts its own reward calls: 48 for the starting evaluation, 8 for its half of a step, 24 per
