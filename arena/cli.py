@@ -141,6 +141,9 @@ def cmd_run(args) -> None:
     runs = scheduler.select(study.runs(), args.only or {})
     if not runs:
         raise UserError(f"--only {args.only}: no run of {args.study} matches")
+    processes = scheduler.launched_processes()
+    if processes > 1:
+        _check_launch(args, runs, processes)
     if args.dry_run:
         print(scheduler.plan(study, runs))
         return
@@ -149,9 +152,28 @@ def cmd_run(args) -> None:
     if args.backend == "ray" and args.jobs:
         raise UserError("--jobs goes with --backend local: Ray runs as many runs at once as the cluster has CPUs "
                         "(--cpus-per-run each) and GPUs for")
+    if processes > 1:
+        with scheduler.process_group() as device:  # a failure leaves it inside, without waiting for the others
+            placement = scheduler.Placement(devices=(device,), processes=processes)
+            _check_outcomes(scheduler.run_study(study, runs, placement, args.tracking_uri, args.workdir, args.force))
+        return
     placement = scheduler.Placement.auto(args.jobs, args.devices, len(runs), backend=args.backend,
                                          address=args.address, cpus=args.cpus_per_run or 1)
-    outcomes = scheduler.run_study(study, runs, placement, args.tracking_uri, args.workdir, args.force)
+    _check_outcomes(scheduler.run_study(study, runs, placement, args.tracking_uri, args.workdir, args.force))
+
+
+def _check_launch(args, runs, processes: int) -> None:
+    """Under torchrun or accelerate launch, the processes share one run: exactly one must be selected."""
+    if len(runs) != 1:
+        raise UserError(f"launched as {processes} processes (WORLD_SIZE={processes}), which train one run together, "
+                        f"but {len(runs)} runs of {args.study} are selected: choose one with --only arm=NAME,seed=N "
+                        "(or start without torchrun / accelerate launch to run them one per process)")
+    if args.jobs or args.devices or args.backend != "local":
+        raise UserError("--jobs, --devices and --backend place several runs; under torchrun or accelerate launch the "
+                        "processes share one run, each on cuda:LOCAL_RANK (or the CPU)")
+
+
+def _check_outcomes(outcomes) -> None:
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
         raise UserError(f"{len(failed)} of {len(outcomes)} runs failed; rerun the same command to resume them once "

@@ -12,6 +12,11 @@ Methods never log: the runner logs their statistics under ``train/``, the evalua
 what was consumed under ``budget/``. Metric rows are buffered between evaluation points and written
 after the checkpoint, and a resumed run first writes whatever of its checkpoint's rows MLflow lacks,
 so a run killed at any moment and rerun has every point exactly once.
+
+Across processes (``torchrun`` / ``accelerate launch``, one run): every rank trains its share and evaluates
+(the same keyed samples); rank 0 alone decides skip/resume/new (and tells the others), logs, and writes the
+checkpoint, except under FSDP, where every rank writes its own shards (``save``). The other ranks get a
+tracker that does nothing.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +37,11 @@ from arena.budget import Consumption, Meter, evaluation_points
 from arena.evaluate import Evaluation, Evaluator, checked_reward
 from arena.rng import seed_of
 from arena.study import digest, load_task, method_class
+from methods import fsdp
+from methods.base import all_reduce_sums, world
 
 TRAIN_PROMPTS = 7  # key domain of the training prompt draws
+SHARDS = "shards"  # a sharded (FSDP) checkpoint's method state: the folder shards-<point> beside checkpoint.pt
 
 
 @dataclass
@@ -58,40 +67,121 @@ def run_directory(workdir: Path, run) -> Path:
     return Path(workdir) / run.study / run.arm / f"seed{run.seed}-{run.config_hash}"
 
 
-def save(path: Path, method, checkpoint: Checkpoint) -> None:
-    """Write atomically: a kill during the write leaves the previous checkpoint intact."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_suffix(".tmp")
-    torch.save({"method": method.state_dict(), "runner": dataclasses.asdict(checkpoint)}, staging)
-    os.replace(staging, path)
+def shared(value):
+    """Rank 0's ``value``, on every rank of a run across processes (on one process, ``value``)."""
+    if world()[1] == 1:
+        return value
+    box = [value]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
 
 
-def load(path: Path, method) -> Checkpoint:
-    state = torch.load(path, weights_only=False)
+def save(path: Path, method, checkpoint: Checkpoint, sharded: bool) -> None:
+    """Write atomically: a kill during the write leaves the previous checkpoint intact.
+
+    A replicated method (one process, replicas, ES) has the same state on every rank: rank 0 writes it into
+    ``checkpoint.pt``. A sharded one (FSDP) has a part on each: every rank writes its own into a new folder
+    with torch.distributed.checkpoint (which loads onto any world size), then rank 0 commits the checkpoint by
+    writing ``checkpoint.pt`` naming that folder, and removes the earlier ones. Every rank waits for the commit.
+    """
+    state = {"runner": dataclasses.asdict(checkpoint)}
+    if sharded:
+        import torch.distributed.checkpoint as dcp
+
+        shards = path.with_name(f"{SHARDS}-{checkpoint.point:04d}")  # points only grow: never the committed one
+        dcp.save(method.state_dict(), checkpoint_id=shards)
+        state["shards"] = shards.name
+    if world()[0] == 0:
+        if not sharded:
+            state["method"] = method.state_dict()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(".tmp")
+        torch.save(state, staging)
+        os.replace(staging, path)
+        for old in path.parent.glob(f"{SHARDS}-*"):
+            if old.name != state.get("shards"):
+                shutil.rmtree(old)
+    if world()[1] > 1:
+        torch.distributed.barrier()
+
+
+def load(path: Path, method, device) -> Checkpoint:
+    """The checkpoint ``save`` wrote, onto ``method`` (every rank reads it: the working directory is shared)."""
+    state = torch.load(path, map_location=device, weights_only=False)
+    if "shards" in state:
+        import torch.distributed.checkpoint as dcp
+
+        state["method"] = method.state_dict()  # the layout to fill: this rank's shards
+        dcp.load(state["method"], checkpoint_id=path.with_name(state["shards"]))
     method.load_state_dict(state["method"])
     runner = state["runner"]
     meter = Meter(used=Consumption(**runner["meter"]["used"]), seconds=runner["meter"]["seconds"])
     return Checkpoint(runner["step"], runner["point"], meter, [tuple(r) for r in runner["rows"]])
 
 
+def discard_checkpoint(path: Path) -> None:
+    """Rank 0 removes an older run's checkpoint (``--force``, or a run of another tracking store) before a new
+    run starts here, so that the new run, killed before its first checkpoint, never resumes from it."""
+    if world()[0] == 0:
+        path.unlink(missing_ok=True)
+        for old in path.parent.glob(f"{SHARDS}-*"):
+            shutil.rmtree(old)
+
+
+def decide(tracker, tags: dict[str, str], checkpoint_path: Path, force: bool) -> tuple[str, str]:
+    """("skip", its id) for a finished run, ("resume", its id) for an unfinished one with a checkpoint, else
+    ("new", "")."""
+    previous = [] if force else tracker.find_runs(tags)
+    if previous and previous[0].status == "FINISHED":
+        return "skip", previous[0].run_id
+    if previous and checkpoint_path.exists():
+        return "resume", previous[0].run_id
+    return "new", ""
+
+
+def decode(evaluator: Evaluator, policy) -> Evaluation:
+    """An evaluation point's samples. Under FSDP every rank must gather the model (a collective), so every rank
+    of a run across processes evaluates, the same keyed samples, and rank 0 logs."""
+    with fsdp.gathered(policy.model):
+        return evaluator.decode(policy)
+
+
 def starting_evaluation(evaluator: Evaluator, policy, cache: Path) -> tuple[Evaluation, np.ndarray]:
     """The evaluation at budget 0 and the hard subset, shared by every run that starts from this model."""
-    if cache.exists():
+    if shared(cache.exists()):  # rank 0 looks, so that all ranks decode or none does
         saved = np.load(cache, allow_pickle=False)
         completions = json.loads(str(saved["completions"]))
         return Evaluation(saved["rewards"], completions), saved["hard"]
-    start, hard = evaluator.decode(policy), evaluator.hard_subset(policy)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    staging = cache.with_name(cache.name + f".{os.getpid()}.tmp.npz")
-    np.savez(staging, rewards=start.rewards, hard=hard, completions=json.dumps(start.completions))
-    os.replace(staging, cache)
+    with fsdp.gathered(policy.model):  # every rank decodes, as at every evaluation point (``decode``)
+        start, hard = evaluator.decode(policy), evaluator.hard_subset(policy)
+    if world()[0] == 0:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        staging = cache.with_name(cache.name + f".{os.getpid()}.tmp.npz")
+        np.savez(staging, rewards=start.rewards, hard=hard, completions=json.dumps(start.completions))
+        os.replace(staging, cache)
     return start, hard
+
+
+def initial_weights(model) -> dict[str, torch.Tensor]:
+    """The weights before a method wraps the model, on the CPU, for ``weight_drift``."""
+    return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()}
+
+
+def own_shards(model, initial: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``initial`` cut to this rank's shard of each parameter of a sharded (FSDP) model; as is otherwise."""
+    if not fsdp.is_sharded(model):
+        return initial
+    from torch.distributed.tensor import distribute_tensor
+
+    return {name: distribute_tensor(initial[name], p.device_mesh, p.placements, src_data_rank=None).to_local().cpu()
+            for name, p in model.named_parameters() if name in initial}
 
 
 def weight_drift(model, initial: dict[str, torch.Tensor]) -> float:
     """||W - W0|| / ||W0|| over the network's effective weights (LoRA deltas merged), in fp32.
 
-    ``initial`` holds the weights before the method wrapped the model (plain parameter names).
+    ``initial`` holds the weights before the method wrapped the model (plain parameter names); under FSDP,
+    this rank's shards of them (``own_shards``): each rank sums its shards and the sums are added up.
     """
     moved = total = 0.0
     for module in model.modules():  # LoRA: the adapters' product is the weights' change
@@ -102,8 +192,11 @@ def weight_drift(model, initial: dict[str, torch.Tensor]) -> float:
         key = name.replace("base_model.model.", "").replace(".base_layer", "")
         if key in initial:
             start = initial[key].float()
-            moved += float((param.detach().float().cpu() - start).square().sum())
+            moved += float((fsdp.local(param.detach()).float().cpu() - start).square().sum())
             total += float(start.square().sum())
+    if fsdp.is_sharded(model):
+        sums = all_reduce_sums({"moved": moved, "total": total})
+        moved, total = sums["moved"], sums["total"]
     return math.sqrt(moved / total) if total else 0.0
 
 
@@ -127,7 +220,8 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
 
     ``on_evaluation(mark, metrics)``, if given, is called after each evaluation point is logged (the
     metrics without their ``eval/`` prefix); it may raise ``Stop``. ``tags`` (a tuner's ``arena.tune``,
-    ``arena.trial``) go on the run and, with the run's identity, find it again.
+    ``arena.trial``) go on the run and, with the run's identity, find it again. In a run across processes
+    every rank calls it, the ranks other than 0 with a ``NullTracker`` and no progress bar.
     """
     from arena.model import load_policy
 
@@ -135,27 +229,28 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
             "arena.config_hash": run.config_hash, **(tags or {})}
     directory = run_directory(workdir, run)
     checkpoint_path = directory / "checkpoint.pt"
-    previous = tracker.find_runs(tags)
-    if previous and previous[0].status == "FINISHED" and not force:
-        return Outcome(run.arm, run.seed, previous[0].run_id, "skipped")
-    resume = bool(previous) and checkpoint_path.exists() and not force
+    action, run_id = shared(decide(tracker, tags, checkpoint_path, force))  # rank 0 asks MLflow, for every rank
+    if action == "skip":
+        return Outcome(run.arm, run.seed, run_id, "skipped")
 
     policy = load_policy(run.model, device=device)
     task = load_task(run.task)
     config = run.config()
-    initial = {name: p.detach().to("cpu", copy=True) for name, p in policy.model.named_parameters()}
+    initial = initial_weights(policy.model)
     method = method_class(run.method)(policy, config, run.seed)
+    initial = own_shards(policy.model, initial)  # FSDP: each rank compares its own shards
+    sharded = fsdp.is_sharded(policy.model)
     evaluator = Evaluator(task, run.evaluation, policy.tokenizer, run.task.source)
     start, hard = starting_evaluation(evaluator, policy, Path(workdir) / run.study / f"start-{start_key(run)}.npz")
 
-    if resume:
-        run_id = previous[0].run_id
+    if action == "resume":
         tracker.reopen(run_id)
-        state = load(checkpoint_path, method)
+        state = load(checkpoint_path, method, policy.device)
         tracker.log_missing(run_id, state.rows)
     else:
-        run_id = tracker.start_run(f"{run.arm}/seed{run.seed}", parent_id, {**tags, **run_tags(run, config)},
-                                   run.resolved())
+        discard_checkpoint(checkpoint_path)
+        run_id = shared(tracker.start_run(f"{run.arm}/seed{run.seed}", parent_id, {**tags, **run_tags(run, config)},
+                                          run.resolved()))
         tracker.log_text(run_id, study.resolved_yaml(), "study.yaml")
         state = Checkpoint()
 
@@ -170,7 +265,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     try:
         while state.point < len(points):
             if state.meter.amount(unit) >= points[state.point]:  # ---- an evaluation point
-                now = start if state.point == 0 else evaluator.decode(policy)
+                now = start if state.point == 0 else decode(evaluator, policy)
                 metrics = evaluator.metrics(now, start, hard)
                 mark = int(round(points[state.point]))
                 pending += [(f"eval/{k}", v, mark) for k, v in metrics.items()]
@@ -183,7 +278,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                                 f"evaluations/{mark:09d}/per_prompt_rewards.npz")
                 state.point += 1
                 state.rows += pending
-                save(checkpoint_path, method, state)
+                save(checkpoint_path, method, state, sharded)
                 tracker.log_rows(run_id, pending)
                 pending = []
                 shown["tail"] = f"{metrics['tail_reward']:.3f}"
@@ -224,7 +319,8 @@ def start_key(run) -> str:
 
 
 def run_tags(run, config) -> dict[str, str]:
-    tags = {"arena.method": run.method, "arena.git_commit": git_commit(), "arena.profile": run.profile or "none"}
+    tags = {"arena.method": run.method, "arena.git_commit": git_commit(), "arena.profile": run.profile or "none",
+            "arena.processes": str(world()[1])}
     if hasattr(config, "estimator"):
         tags["arena.estimator"] = str(config.estimator)
     return tags

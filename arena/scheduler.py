@@ -1,5 +1,6 @@
 """Places a study's runs: in this process, in parallel processes (one per GPU, or a bounded number
-on CPU), or on a Ray cluster; then reads the results back from MLflow and summarises them per arm.
+on CPU), or on a Ray cluster; or one run across the processes of a ``torchrun`` / ``accelerate launch``
+(``process_group``); then reads the results back from MLflow and summarises them per arm.
 
 Each worker process opens its own tracker on the same store and runs ``arena.runner.execute``; a run
 that fails (a reward that raised, a non-finite statistic) is reported and the others go on. Torch
@@ -8,6 +9,7 @@ threads are split between the workers so that parallel runs do not oversubscribe
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import math
 import multiprocessing
 import os
@@ -30,6 +32,7 @@ class Placement:
     backend: str = "local"  # local | ray
     address: str | None = None
     cpus: int = 1
+    processes: int = 1  # > 1: one run across the processes of a launch (``process_group``), this one on devices[0]
 
     @property
     def slots(self) -> int:
@@ -121,6 +124,33 @@ def run_all(study, runs, tracker, parent_id: str, workdir: Path, placement: Plac
         futures = [pool.submit(_worker, run, study, tracker.uri, tracker.experiment, parent_id, str(workdir),
                                placement, force, progress) for run in runs]
         return [future.result() for future in futures]
+
+
+def launched_processes() -> int:
+    """The processes that ``torchrun`` or ``accelerate launch`` started (their WORLD_SIZE); 1 otherwise."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+@contextlib.contextmanager
+def process_group():
+    """Join the launch's process group (nccl on GPUs, this process on cuda:LOCAL_RANK; gloo on the CPU) and yield
+    this process's device. Ranks leave together after a success (a rank gone early aborts gloo in the others),
+    and at once after an error: the others may wait in a collective, and the launcher stops them."""
+    import torch
+    import torch.distributed as dist
+
+    if torch.cuda.is_available():
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=torch.device(device))
+    else:
+        device = "cpu"
+        dist.init_process_group("gloo")
+    try:
+        yield device
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
 
 
 def _ray_task(run, study, uri: str, experiment: str, parent_id: str, workdir: str, device: str, threads: int,
@@ -272,14 +302,19 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
               progress: bool = True) -> list[Outcome]:
     """Every run of ``runs`` under one parent MLflow run, then the summary per arm; returns the outcomes."""
     from arena.runner import git_commit
-    from arena.tracking import Tracker, resolve_uri
+    from arena.tracking import NullTracker, Tracker, resolve_uri
+    from methods.base import world
 
     if study.model != "tiny":  # missing weights: one error before anything starts, never a fallback
         from arena.model.policy import resolve_checkpoint
 
         resolve_checkpoint(study.model)
+    if world()[0] > 0:  # another rank of one run across processes: its share of the work; rank 0 logs and prints
+        return [_guarded(runs[0], study, NullTracker(), None, Path(workdir), placement.device(0), 0, force, False)]
     tracker = Tracker(resolve_uri(tracking_uri, study.tracking.uri), study.tracking.experiment or study.name)
-    if placement.backend == "ray":
+    if placement.processes > 1:
+        where = f"one run across {placement.processes} processes, rank 0 on {placement.device(0)}"
+    elif placement.backend == "ray":
         where = (f"Ray at {placement.address or 'a local instance'}, {placement.cpus} CPU and "
                  f"{placement.gpus()} GPU per run")
     else:

@@ -292,3 +292,20 @@ class Tracker:
     def download(self, run_id: str, artifact_path: str, dst) -> Path:
         Path(dst).mkdir(parents=True, exist_ok=True)
         return Path(_retry(self.client.download_artifacts, run_id, artifact_path, str(dst)))
+
+
+class NullTracker:
+    """The tracker of the ranks other than 0 of one run across processes (``torchrun``, ``accelerate launch``):
+    rank 0 alone talks to MLflow, so every ``Tracker`` call here does nothing, and a search finds no runs."""
+
+    def find_runs(self, tags: dict[str, str]) -> list[RunRecord]:
+        return []
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):  # copy and pickle probe for special methods: there are none
+            raise AttributeError(name)
+        return _nothing
+
+
+def _nothing(*args, **kwargs) -> None:
+    return None

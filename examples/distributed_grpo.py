@@ -4,8 +4,8 @@
         --model Efficient-Large-Model/Fast_dLLM_v2_7B --task gsm8k --sharding fsdp --lr 1e-6
 
 Every rank builds the same prompt batch; the method takes its share (prompts rank::world) and
-reduces gradients and statistics itself. Rank 0 prints one JSON line per step. Until the study
-runner (``arena run``) lands, this script is the way to run a method across GPUs.
+reduces gradients and statistics itself. Rank 0 prints one JSON line per step. A study's run, with
+evaluation, MLflow and checkpoints, goes through ``torchrun -m arena run`` (docs/scaling.md).
 """
 from __future__ import annotations
 

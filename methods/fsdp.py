@@ -125,12 +125,23 @@ class MasterWeights:
 
 
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """The optimizer's state; for a sharded model, this rank's shards keyed by parameter name."""
+    """The optimizer's state; for a sharded model, this rank's shards keyed by parameter name.
+
+    torch fills a fresh optimizer's state (a checkpoint before the first step) by stepping it at learning
+    rate 0, which AdamW counts: its bias correction would take the first real step for the second and
+    shrink it (by 0.74 for the default betas). Counted back to 0, the zero moments are a fresh AdamW's.
+    """
     if not is_sharded(model):
         return optimizer.state_dict()
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    return get_optimizer_state_dict(model, optimizer)
+    fresh = not optimizer.state
+    state = get_optimizer_state_dict(model, optimizer)
+    if fresh:
+        for moments in (*optimizer.state.values(), *state["state"].values()):
+            if "step" in moments:
+                moments["step"].zero_()
+    return state
 
 
 def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
