@@ -258,7 +258,10 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     points = evaluation_points(amount, run.evaluation.points)
     bar = tqdm(total=amount, initial=min(state.meter.amount(unit), amount),
                desc=f"{run.arm} seed {run.seed}", unit=unit.replace("_", " "), position=position, leave=True,
-               disable=not progress, dynamic_ncols=True)
+               disable=not progress, dynamic_ncols=True,
+               # a seconds budget counts fractions: show them rounded, not as 20.72675919399262/23
+               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}{postfix}]"
+               if unit == "seconds" else None)
     pending: list[tuple[str, float, int]] = []
     shown = {"tail": "-", "step_s": "-"}  # the bar's postfix: the latest tail reward and step time
     sample: list[dict] = []

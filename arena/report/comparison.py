@@ -83,9 +83,13 @@ def row(results: Results, arm: str) -> tables.Row:
             test = stats.welch_test(gains, reference)
         else:
             improvement, test = stats.Estimate(math.nan, seeds=0), stats.Significance(stats.WELCH, math.nan, math.nan)
+    alpha = study.evaluation.primary_alpha
+    noise = [stats.evaluation_se(run.start_rewards, run.end_rewards, alpha,
+                                 stats.bootstrap_key(arm, str(run.seed), "evaluation")) for run in results.arms[arm]]
     return tables.Row(
         arm, len(gains),
         stats.mean_interval(gains, stats.bootstrap_key(arm, "final tail gain")),
+        float(gains.std(ddof=1)) if len(gains) > 1 else math.nan, float(np.sqrt(np.mean(np.square(noise)))),
         stats.mean_interval(stats.area_under_curve(results.marks, results.values(arm, "eval/tail_reward")),
                             stats.bootstrap_key(arm, "tail-reward area")),
         stats.mean_interval(final(results, arm, "eval/mean_reward"), stats.bootstrap_key(arm, "final mean reward")),

@@ -42,8 +42,17 @@ class SeedRun:
     seed: int
     run_id: str
     curves: dict[str, np.ndarray] = field(default_factory=dict)  # metric key -> value at each mark
-    start: np.ndarray | None = None  # per-prompt reward (mean over the k samples) at the first mark
-    end: np.ndarray | None = None  # the same at the last mark
+    start_rewards: np.ndarray | None = None  # (prompts, k) reward of every evaluation sample at the first mark
+    end_rewards: np.ndarray | None = None  # the same at the last mark
+
+    @property
+    def start(self) -> np.ndarray:
+        """Per-prompt reward (mean over the k samples) at the first mark."""
+        return self.start_rewards.mean(axis=1)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.end_rewards.mean(axis=1)
 
 
 @dataclass
@@ -130,7 +139,7 @@ def _per_prompt(tracker, run_id: str, mark: int) -> np.ndarray:
         except Exception as error:  # MLflow raises its own errors or OSError for a missing artifact
             raise ReportError(f"run {run_id} has no artifact {path} ({type(error).__name__})") from error
         with np.load(local) as saved:
-            return saved["rewards"].mean(axis=1)
+            return saved["rewards"]
 
 
 def read_seed_run(tracker, arm: str, seed: int, run_id: str, marks: list[int]) -> SeedRun:

@@ -109,6 +109,28 @@ class Significance:
 WELCH = "Welch's t-test"
 
 
+def evaluation_se(start: np.ndarray, end: np.ndarray, alpha: float, key: tuple[int, ...],
+                  resamples: int = 2000) -> float:
+    """Standard error of one run's tail gain that comes from its evaluation alone: the k samples of each prompt
+    (``start``, ``end``: (prompts, k) rewards) resampled with replacement within the prompt, at both points, at
+    fixed prompts and policy. The seeds' spread says how much training varies; this says how much of a gain a
+    finite evaluation (N prompts x k samples) can show without any change in the policy. Resampling k values
+    shrinks each prompt's variance by (k-1)/k, which is put back; the tail's selection of its lowest prompts
+    still makes it run low, by about 15% at 64 prompts x 8 samples (tests/test_report.py): a lower bound."""
+    from arena.evaluate import lower_cvar
+
+    generator = numpy_generator(*key)
+
+    def resampled_tails(rewards: np.ndarray) -> np.ndarray:
+        n, k = rewards.shape
+        picks = generator.integers(0, k, (resamples, n, k))
+        means = np.take_along_axis(np.broadcast_to(rewards, (resamples, n, k)), picks, axis=2).mean(axis=2)
+        return np.array([lower_cvar(row, alpha) for row in means])
+
+    k = start.shape[1]
+    return float((resampled_tails(end) - resampled_tails(start)).std(ddof=1) * math.sqrt(k / (k - 1)))
+
+
 def welch_test(x, y) -> Significance:
     """Welch's t-test of mean(x) = mean(y) (``scipy.stats.ttest_ind(equal_var=False)``), two-sided;
     ``nan`` with fewer than two seeds on either side or no spread on both."""

@@ -15,6 +15,8 @@ class Row:
     arm: str
     seeds: int
     tail_gain: Estimate
+    seed_sd: float  # standard deviation of the final tail gain over seeds (nan with one seed)
+    evaluation_se: float  # root mean square over seeds of a run's evaluation standard error of it
     area: Estimate
     mean_reward: Estimate
     budget: float  # mean over seeds, in the study's unit
@@ -38,7 +40,8 @@ class Setup:
 
 
 def headers(setup: Setup) -> list[str]:
-    return ["arm", "seeds", f"final tail gain (α={setup.alpha:g})", "tail-reward AUC (average over budget)",
+    return ["arm", "seeds", f"final tail gain (α={setup.alpha:g})", "seed SD / evaluation SE",
+            "tail-reward AUC (average over budget)",
             "mean reward at end", f"budget used ({setup.unit.replace('_', ' ')})", "train time (s)",
             "P(tail gain > reference)", f"{WELCH} vs reference (tail gain)"]
 
@@ -50,6 +53,11 @@ arm has a single seed.
 
 - **final tail gain**: tail reward (lower CVaR at α: the mean of the worst α share of per-prompt rewards) at
   the last evaluation point minus at the start, same run;
+- **seed SD / evaluation SE**: the final tail gain's standard deviation over the arm's seeds (how much training
+  varies), and the standard error one run's gain has from its evaluation alone (each prompt's k samples
+  resampled within the prompt at the start and at the end, prompts and policy fixed; root mean square over
+  seeds; a bootstrap, which runs about 15% low): a gain of about that size is within what the evaluation
+  itself can show. The start is shared by every run of a study, so differences between arms carry less;
 - **tail-reward AUC (average over budget)**: trapezoid area under the tail-reward curve over the evaluation
   points, divided by the budget: the tail reward averaged over the run, in reward units;
 - **mean reward at end**: mean per-prompt reward at the last evaluation point;
@@ -107,7 +115,8 @@ def significance_cell(row: Row, latex: bool = False) -> str:
 
 def cells(row: Row, latex: bool = False) -> list[str]:
     arm = row.arm.replace("_", r"\_") if latex else row.arm
-    return [arm, str(row.seeds), estimate_cell(row.tail_gain, True, latex), estimate_cell(row.area, False, latex),
+    spread = f"{'n/a' if math.isnan(row.seed_sd) else f'{row.seed_sd:.3f}'} / {row.evaluation_se:.3f}"
+    return [arm, str(row.seeds), estimate_cell(row.tail_gain, True, latex), spread, estimate_cell(row.area, False, latex),
             estimate_cell(row.mean_reward, False, latex), f"{row.budget:.0f}", f"{row.seconds:.0f}",
             improvement_cell(row, latex), significance_cell(row, latex)]
 
