@@ -24,6 +24,7 @@ RC = {
     "axes.spines.top": False, "axes.spines.right": False, "axes.linewidth": 0.6, "lines.linewidth": 1.3,
     "xtick.major.width": 0.6, "ytick.major.width": 0.6, "xtick.major.size": 3, "ytick.major.size": 3,
     "legend.frameon": False, "pdf.fonttype": 42, "svg.fonttype": "none", "savefig.dpi": 300,
+    "savefig.bbox": "tight",  # long arm names and titles widen the figure instead of being cut off
 }
 FORMATS = ("png", "pdf")
 
