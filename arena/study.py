@@ -44,7 +44,8 @@ A study compares arms (optimizers with their options) on shared settings, one va
 The one-variable rule: each arm other than the reference differs from it in exactly one variable.
 A different method is one variable whatever the options; with the same method, each option whose
 resolved value differs (so writing a default out is no difference) and each differing ``train`` key
-counts. An arm differing in zero or several variables is an error unless its ``confounded_because``
+counts, except options that one of the two arms does not use (a method config names them in
+``inactive_options()``): a different estimator carries its own options, as a method carries its own. An arm differing in zero or several variables is an error unless its ``confounded_because``
 says why. Numbers like ``1e-4`` read as numbers (YAML 1.2), not as text. Errors read
 ``studies/x.yaml:12: arms.grpo.options.lr: must be > 0, got -1``, all of them in one ``StudyError``.
 
@@ -250,8 +251,11 @@ class Study(Section):
         if method_class(arm.method) is not method_class(base.method):
             changed = ["method"]
         else:
-            mine, theirs = dataclasses.asdict(arm.config()), dataclasses.asdict(base.config())
-            changed = [f"options.{key}" for key in mine if mine[key] != theirs[key]]
+            config, base_config = arm.config(), base.config()
+            # an option idle in either arm (another estimator's, say) is carried by the choice that idles it
+            idle = inactive_options(config) | inactive_options(base_config)
+            mine, theirs = dataclasses.asdict(config), dataclasses.asdict(base_config)
+            changed = [f"options.{key}" for key in mine if mine[key] != theirs[key] and key not in idle]
         mine, theirs = dataclasses.asdict(arm.train(self.train)), dataclasses.asdict(base.train(self.train))
         return changed + [f"train.{key}" for key in mine if mine[key] != theirs[key]]
 
@@ -354,6 +358,11 @@ def _import(path: str, field_name: str):
         return getattr(importlib.import_module(module), name)
     except Exception as error:  # ImportError, AttributeError, or whatever the module raised on import
         raise ConfigError([Problem(field_name, f"cannot import {path!r}: {type(error).__name__}: {error}")])
+
+
+def inactive_options(config) -> set[str]:
+    """The options a method config holds but does not use (``config.inactive_options()``, if it says)."""
+    return set(config.inactive_options()) if hasattr(config, "inactive_options") else set()
 
 
 def method_class(name: str) -> type:

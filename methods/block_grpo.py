@@ -45,6 +45,11 @@ class BlockGRPOConfig(GRPOConfig):
         """The options of the chosen estimator, by its own option class."""
         return {f.name: getattr(self, f.name) for f in fields(ESTIMATORS[self.estimator].options)}
 
+    def inactive_options(self) -> set[str]:
+        """The other estimators' options: this run ignores them (the one-variable rule skips them)."""
+        every = {f.name for name in BLOCK_ESTIMATORS for f in fields(ESTIMATORS[name].options)}
+        return every - set(self.estimator_options())
+
     def problems(self):
         yield from super().problems()
         yield from problems_of(ESTIMATORS[self.estimator].options, **self.estimator_options())

@@ -196,6 +196,26 @@ def test_a_different_method_is_one_variable_whatever_its_options(tmp_path):
     assert study.differences("b") == ["method"] and study.differences("c") == ["method"]
 
 
+def test_a_different_estimator_carries_its_own_options(tmp_path):
+    """block_grpo holds every estimator's options; only the ones the arm's estimator uses can differ."""
+    study = load_study(write(tmp_path, arms(
+        "elbo: {method: block_grpo, options: {estimator: elbo, draws: 4}}\n"
+        "quadrature: {method: block_grpo, options: {estimator: gauss_legendre, nodes: 1}}\n"
+        "masked: {method: block_grpo, options: {estimator: masked, nodes: 3}}\n"
+        "more_draws: {method: block_grpo, options: {draws: 8}}\n")))
+    assert study.differences("quadrature") == ["options.estimator"]  # not draws 4 -> 2, not nodes 2 -> 1
+    assert study.differences("masked") == ["options.estimator"]
+    assert study.differences("more_draws") == ["options.draws"]
+    path = write(tmp_path, arms("a: {method: block_grpo, options: {estimator: masked}}\n"
+                                "b: {method: block_grpo, options: {estimator: masked, nodes: 3}}\n"
+                                "c: {method: block_grpo, options: {estimator: gauss_legendre, lr: 1.0e-3}}\n"))
+    assert errors(path) == [
+        f"{path}:4: arms.b: differs from the reference arm 'a' in nothing (identical); change one variable per "
+        "arm, or say why in confounded_because",
+        f"{path}:5: arms.c: differs from the reference arm 'a' in 2 variables (options.lr, options.estimator); "
+        "change one variable per arm, or say why in confounded_because"]
+
+
 def test_unknown_method_and_unknown_task_list_the_known_ones(tmp_path):
     path = write(tmp_path, "task: {name: arithmetc}\n" + arms("a: {method: grop}\n"))
     found = errors(path)
