@@ -234,6 +234,11 @@ def interval(values: list[float]) -> tuple[float, float]:
     return mean, float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values)))
 
 
+def arm_width(names) -> int:
+    """The width of a table's arm column: the longest arm name, at least 18."""
+    return max([18, *map(len, names)])
+
+
 def summary_table(study, runs, tracker) -> str:
     """Per arm: tail gain and mean-reward gain (mean ± 95% interval over seeds), budget used, wall time."""
     from arena.report.records import finished_runs  # the report's rule: both describe the same runs
@@ -244,15 +249,15 @@ def summary_table(study, runs, tracker) -> str:
         if (run.arm, run.seed) in found:
             values = final_metrics(tracker, found[(run.arm, run.seed)].run_id, run.budget_unit)
             by_arm.setdefault(run.arm, []).append(values)
-    alpha = study.evaluation.primary_alpha
-    lines = [f"{'arm':<18} {'seeds':>5} {f'tail gain (α={alpha:g})':>22} {'mean-reward gain':>22} "
+    alpha, width = study.evaluation.primary_alpha, arm_width(by_arm)
+    lines = [f"{'arm':<{width}} {'seeds':>5} {f'tail gain (α={alpha:g})':>22} {'mean-reward gain':>22} "
              f"{'budget used (' + study.budget.unit + ')':>26} {'train s':>8}"]
     for arm, rows in by_arm.items():
         tail, tail_ci = interval([r["eval/tail_gain"] for r in rows])
         mean, mean_ci = interval([r["eval/mean_gain"] for r in rows])
         used = sum(r.get(f"budget/{study.budget.unit}", 0.0) for r in rows) / len(rows)
         seconds = sum(r.get("budget/seconds", 0.0) for r in rows) / len(rows)
-        lines.append(f"{arm:<18} {len(rows):>5} {tail:>+12.3f} ± {tail_ci:<7.3f} {mean:>+12.3f} ± {mean_ci:<7.3f} "
+        lines.append(f"{arm:<{width}} {len(rows):>5} {tail:>+12.3f} ± {tail_ci:<7.3f} {mean:>+12.3f} ± {mean_ci:<7.3f} "
                      f"{used:>26.0f} {seconds:>8.0f}")
     return "\n".join(lines)
 
@@ -283,17 +288,17 @@ def plan(study, runs) -> str:
 
     budget, evaluation = study.budget, study.evaluation
     marks = ", ".join(f"{m:g}" for m in evaluation_points(budget.amount, evaluation.points))
-    eval_samples = evaluation.prompts * evaluation.samples
+    eval_samples, width = evaluation.prompts * evaluation.samples, arm_width(run.arm for run in runs)
     lines = [f"study {study.name}: {len(runs)} runs, budget {budget.amount:g} {budget.unit} per run",
              f"evaluation at {budget.unit} = {marks}: {evaluation.prompts} held-out prompts x {evaluation.samples} "
              f"samples ({eval_samples} completions, at most {eval_samples * evaluation.max_new_tokens} tokens, "
              f"per point; the first point is shared by every run), tail at alpha {evaluation.primary_alpha:g}",
-             f"{'arm':<18} {'seed':>4}  {'config':<12}  {'method':<12} {'samples/step':>12} {'steps':>6} "
+             f"{'arm':<{width}} {'seed':>4}  {'config':<12}  {'method':<12} {'samples/step':>12} {'steps':>6} "
              f"{'train samples':>13}  options"]
     for run in runs:
         per_step = samples_per_step(run)
         steps = math.ceil(budget.amount / per_step) if per_step and budget.unit == "samples" else None
-        lines.append(f"{run.arm:<18} {run.seed:>4}  {run.config_hash:<12}  {run.method:<12} {per_step or '?':>12} "
+        lines.append(f"{run.arm:<{width}} {run.seed:>4}  {run.config_hash:<12}  {run.method:<12} {per_step or '?':>12} "
                      f"{steps or '?':>6} {steps * per_step if steps else '?':>13}  {run.options}")
     return "\n".join(lines)
 

@@ -63,7 +63,7 @@ from optuna.trial import TrialState
 
 from arena.config import ConfigError, Problem, build, type_problem, unknown_key
 from arena.rng import name_key, seed_of
-from arena.scheduler import exit_with_parent
+from arena.scheduler import arm_width, exit_with_parent
 from arena.study import (NAME, BudgetSpec, EvaluationSpec, Located, Section, Study, StudyError, TrackingSpec,
                          digest, load_study, located, method_class, plain, read_yaml, validate)
 
@@ -746,12 +746,13 @@ def outcomes(tune: Tune, studies: dict) -> list[ArmOutcome]:
 
 
 def table(tune: Tune, found: list[ArmOutcome]) -> str:
-    lines = [f"{'arm':<18} {'best ' + tune.objective:>16} {'finished':>8} {'pruned':>6} {'failed':>6} "
+    width = arm_width(o.arm for o in found)
+    lines = [f"{'arm':<{width}} {'best ' + tune.objective:>16} {'finished':>8} {'pruned':>6} {'failed':>6} "
              f"{'best trial':>10}  best options"]
     for o in found:
         best = f"{o.best_value:+.4f}" if o.best_value is not None else "-"
         options = ", ".join(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}" for k, v in o.best_params.items())
-        lines.append(f"{o.arm:<18} {best:>16} {o.counts.finished:>8} {o.counts.pruned:>6} {o.counts.failed:>6} "
+        lines.append(f"{o.arm:<{width}} {best:>16} {o.counts.finished:>8} {o.counts.pruned:>6} {o.counts.failed:>6} "
                      f"{'-' if o.best_trial is None else o.best_trial:>10}  {options or '-'}")
     return "\n".join(lines)
 

@@ -2,6 +2,7 @@
 metric histories, artifacts; skip and resume; a killed run resumes with every point exactly once."""
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -242,3 +243,13 @@ def test_dry_run_prints_the_plan_without_loading_a_model(in_tmp, capsys, monkeyp
     out = capsys.readouterr().out
     assert "study e2e: 4 runs, budget 32 samples per run" in out and "samples = 0, 16, 32" in out
     assert out.count("block_grpo ") >= 2 and not (in_tmp / "mlflow.db").exists()
+
+
+def test_the_plan_keeps_its_columns_under_a_long_arm_name(in_tmp, capsys):
+    study = {**STUDY, "arms": {"block_grpo": STUDY["arms"]["block_grpo"],
+                               "evolution_strategies_low_rank": STUDY["arms"]["es"]}}
+    assert main(["run", str(write(in_tmp, study)), "--dry-run"]) == 0
+    table = capsys.readouterr().out.splitlines()[-5:]  # the header and 2 arms x 2 seeds
+    assert table[0].startswith("arm ") and table[-1].startswith("evolution_strategies_low_rank ")
+    hash_starts = {re.search(r" ([0-9a-f]{12}) ", line).start(1) for line in table[1:]}
+    assert hash_starts == {table[0].index("config")}, table  # every row's config hash under its header
