@@ -250,15 +250,17 @@ def summary_table(study, runs, tracker) -> str:
             values = final_metrics(tracker, found[(run.arm, run.seed)].run_id, run.budget_unit)
             by_arm.setdefault(run.arm, []).append(values)
     alpha, width = study.evaluation.primary_alpha, arm_width(by_arm)
+    used_header = f"budget used ({study.budget.unit})"
+    used_width = max(26, len(used_header) + 1)
     lines = [f"{'arm':<{width}} {'seeds':>5} {f'tail gain (α={alpha:g})':>22} {'mean-reward gain':>22} "
-             f"{'budget used (' + study.budget.unit + ')':>26} {'train s':>8}"]
+             f"{used_header:>{used_width}} {'train s':>8}"]
     for arm, rows in by_arm.items():
         tail, tail_ci = interval([r["eval/tail_gain"] for r in rows])
         mean, mean_ci = interval([r["eval/mean_gain"] for r in rows])
         used = sum(r.get(f"budget/{study.budget.unit}", 0.0) for r in rows) / len(rows)
         seconds = sum(r.get("budget/seconds", 0.0) for r in rows) / len(rows)
         lines.append(f"{arm:<{width}} {len(rows):>5} {tail:>+12.3f} ± {tail_ci:<7.3f} {mean:>+12.3f} ± {mean_ci:<7.3f} "
-                     f"{used:>26.0f} {seconds:>8.0f}")
+                     f"{used:>{used_width}.0f} {seconds:>8.0f}")
     return "\n".join(lines)
 
 
