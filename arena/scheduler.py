@@ -259,8 +259,8 @@ def summary_table(study, runs, tracker) -> str:
         mean, mean_ci = interval([r["eval/mean_gain"] for r in rows])
         used = sum(r.get(f"budget/{study.budget.unit}", 0.0) for r in rows) / len(rows)
         seconds = sum(r.get("budget/seconds", 0.0) for r in rows) / len(rows)
-        lines.append(f"{arm:<{width}} {len(rows):>5} {tail:>+12.3f} ± {tail_ci:<7.3f} {mean:>+12.3f} ± {mean_ci:<7.3f} "
-                     f"{used:>{used_width}.0f} {seconds:>8.0f}")
+        lines.append(f"{arm:<{width}} {len(rows):>5} {tail:>+12.3f} ± {tail_ci:<7.3f} "
+                     f"{mean:>+12.3f} ± {mean_ci:<7.3f} {used:>{used_width}.0f} {seconds:>8.0f}")
     return "\n".join(lines)
 
 

@@ -45,8 +45,9 @@ The one-variable rule: each arm other than the reference differs from it in exac
 A different method is one variable whatever the options; with the same method, each option whose
 resolved value differs (so writing a default out is no difference) and each differing ``train`` key
 counts, except options that one of the two arms does not use (a method config names them in
-``inactive_options()``): a different estimator carries its own options, as a method carries its own. An arm differing in zero or several variables is an error unless its ``confounded_because``
-says why. Numbers like ``1e-4`` read as numbers (YAML 1.2), not as text. Errors read
+``inactive_options()``): a different estimator carries its own options, as a method carries its own.
+An arm differing in zero or several variables is an error unless its ``confounded_because`` says why.
+Numbers like ``1e-4`` read as numbers (YAML 1.2), not as text. Errors read
 ``studies/x.yaml:12: arms.grpo.options.lr: must be > 0, got -1``, all of them in one ``StudyError``.
 
 In code: ``load_study(path)`` parses and validates; ``validate(raw, source)`` validates an already parsed
