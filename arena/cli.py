@@ -153,9 +153,9 @@ def cmd_run(args) -> None:
         raise UserError("--jobs goes with --backend local: Ray runs as many runs at once as the cluster has CPUs "
                         "(--cpus-per-run each) and GPUs for")
     if processes > 1:
-        with scheduler.process_group() as device:  # a failure leaves it inside, without waiting for the others
-            placement = scheduler.Placement(devices=(device,), processes=processes)
-            _check_outcomes(scheduler.run_study(study, runs, placement, args.tracking_uri, args.workdir, args.force))
+        device = scheduler.join_process_group()  # main() leaves it, with the exit status
+        placement = scheduler.Placement(devices=(device,), processes=processes)
+        _check_outcomes(scheduler.run_study(study, runs, placement, args.tracking_uri, args.workdir, args.force))
         return
     placement = scheduler.Placement.auto(args.jobs, args.devices, len(runs), backend=args.backend,
                                          address=args.address, cpus=args.cpus_per_run or 1)
@@ -478,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     from arena.config import ConfigError
     from arena.model.policy import CheckpointError  # after parsing: it imports torch
 
+    from arena.scheduler import leave_process_group
+
     try:
         args.run(args)
     except (UserError, CheckpointError, ConfigError) as error:
@@ -487,11 +489,11 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
         else:
             print(f"arena {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        return leave_process_group(2)
     except KeyboardInterrupt:
         print(f"arena {args.command}: interrupted", file=sys.stderr)
-        return 130
-    return 0
+        return leave_process_group(130)
+    return leave_process_group(0)  # a launch's process ends there (in any other, it returns the status)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Places a study's runs: in this process, in parallel processes (one per GPU, or a bounded number
 on CPU), or on a Ray cluster; or one run across the processes of a ``torchrun`` / ``accelerate launch``
-(``process_group``); then reads the results back from MLflow and summarises them per arm.
+(``join_process_group``); then reads the results back from MLflow and summarises them per arm.
 
 Each worker process opens its own tracker on the same store and runs ``arena.runner.execute``; a run
 that fails (a reward that raised, a non-finite statistic) is reported and the others go on. Torch
@@ -9,10 +9,11 @@ threads are split between the workers so that parallel runs do not oversubscribe
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
+import logging
 import math
 import multiprocessing
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ class Placement:
     backend: str = "local"  # local | ray
     address: str | None = None
     cpus: int = 1
-    processes: int = 1  # > 1: one run across the processes of a launch (``process_group``), this one on devices[0]
+    processes: int = 1  # > 1: one run across the processes of a launch (``join_process_group``), this one on devices[0]
 
     @property
     def slots(self) -> int:
@@ -131,11 +132,9 @@ def launched_processes() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-@contextlib.contextmanager
-def process_group():
-    """Join the launch's process group (nccl on GPUs, this process on cuda:LOCAL_RANK; gloo on the CPU) and yield
-    this process's device. Ranks leave together after a success (a rank gone early aborts gloo in the others),
-    and at once after an error: the others may wait in a collective, and the launcher stops them."""
+def join_process_group() -> str:
+    """Join the launch's process group (nccl on GPUs, this process on cuda:LOCAL_RANK; gloo on the CPU) and return
+    this process's device. The process ends in ``leave_process_group``."""
     import torch
     import torch.distributed as dist
 
@@ -143,14 +142,33 @@ def process_group():
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=torch.device(device))
-    else:
-        device = "cpu"
-        dist.init_process_group("gloo")
-    try:
-        yield device
+        return device
+    dist.init_process_group("gloo")
+    return "cpu"
+
+
+def leave_process_group(code: int) -> int:
+    """End a process that joined a launch's process group, with exit status ``code``; in any other process,
+    return ``code``.
+
+    Ranks leave together after a success (a rank gone early aborts gloo in the others), and at once after an
+    error: the others may wait in a collective, and the launcher stops them. The process then ends by
+    ``os._exit``, without the interpreter's shutdown: torch's DTensor caches keep FSDP's process group, and so
+    gloo's worker threads, alive past ``destroy_process_group``. A worker still releasing the tensors of a
+    finished collective takes the GIL, and a thread that does so while the interpreter shuts down aborts the
+    process ('terminate called without an active exception'): one 2-process CPU launch in three did. Nothing
+    is lost by skipping the shutdown: MLflow calls are synchronous, and the streams and log handlers are
+    flushed here."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_initialized():
+        return code
+    if code == 0:
         dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def _ray_task(run, study, uri: str, experiment: str, parent_id: str, workdir: str, device: str, threads: int,

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
-import torch.distributed as dist
 from accelerate import PartialState
 
 from arena.model import load_policy
 from arena.rng import seed_of
+from arena.scheduler import leave_process_group
 from methods import make_method
 from methods.base import world
 from rewards import get_task
@@ -42,17 +43,14 @@ def main() -> None:
     options = {"sharding": args.sharding, "lr": args.lr, "group_size": args.group_size,
                "max_new_tokens": args.max_new_tokens}
     method = make_method(args.method, policy, options, seed=args.seed)
-    try:
-        for step in range(args.steps):
-            examples = task.examples("train", n=args.prompts, seed=seed_of(args.seed, step))
-            prompts = [policy.encode(task.prompt(e, policy.tokenizer)) for e in examples]
-            result = method.step(prompts, lambda i, text: task.reward(text, examples[i]), step=step)
-            if world()[0] == 0:  # the statistics include the consumption (samples, tokens, forward_tokens)
-                print(json.dumps({"step": step, **result.stats}), flush=True)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()  # gloo aborts the process at exit otherwise
+    for step in range(args.steps):
+        examples = task.examples("train", n=args.prompts, seed=seed_of(args.seed, step))
+        prompts = [policy.encode(task.prompt(e, policy.tokenizer)) for e in examples]
+        result = method.step(prompts, lambda i, text: task.reward(text, examples[i]), step=step)
+        if world()[0] == 0:  # the statistics include the consumption (samples, tokens, forward_tokens)
+            print(json.dumps({"step": step, **result.stats}), flush=True)
 
 
 if __name__ == "__main__":
     main()
+    sys.exit(leave_process_group(0))  # ranks leave together; see there why a launched process ends by os._exit

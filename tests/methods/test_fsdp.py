@@ -22,6 +22,7 @@ import methods.grpo
 from arena.rng import torch_generator
 from arena.model.sampler import Generation, SamplerConfig, generate
 from arena.model.tiny import build_policy
+from arena.scheduler import leave_process_group
 from arena.config import ConfigError
 from methods.base import make_method
 from methods.fsdp import MasterWeights
@@ -66,10 +67,11 @@ def _run(rank: int, world: int, directory: str, tag: str, sharding: str, dtype, 
         if rank == 0:
             torch.save({"masters": masters, "consumption": result.consumption, "stats": result.stats},
                        f"{directory}/{tag}.pt")
-    finally:
+    except BaseException:
         if dist.is_initialized():
-            dist.barrier()  # tear down together: a rank leaving early aborts gloo in the other
             dist.destroy_process_group()
+        raise
+    leave_process_group(0)  # together, and by os._exit: FSDP's gloo threads outlive the group (see there)
 
 
 def _whole(tensor: torch.Tensor) -> torch.Tensor:
