@@ -477,11 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # arena report downloads many small files
     from arena.config import ConfigError
     from arena.model.policy import CheckpointError  # after parsing: it imports torch
-
     from arena.scheduler import leave_process_group
 
     try:
         args.run(args)
+        code = 0
     except (UserError, CheckpointError, ConfigError) as error:
         problems = getattr(error, "problems", ())
         if len(problems) > 1:
@@ -489,11 +489,11 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
         else:
             print(f"arena {args.command}: error: {error}", file=sys.stderr)
-        return leave_process_group(2)
+        code = 2
     except KeyboardInterrupt:
         print(f"arena {args.command}: interrupted", file=sys.stderr)
-        return leave_process_group(130)
-    return leave_process_group(0)  # a launch's process ends there (in any other, it returns the status)
+        code = 130
+    return leave_process_group(code)  # a launch's process ends there (in any other, it returns the status)
 
 
 if __name__ == "__main__":

@@ -98,9 +98,7 @@ def save(path: Path, method, checkpoint: Checkpoint, sharded: bool) -> None:
         staging = path.with_suffix(".tmp")
         torch.save(state, staging)
         os.replace(staging, path)
-        for old in path.parent.glob(f"{SHARDS}-*"):
-            if old.name != state.get("shards"):
-                shutil.rmtree(old)
+        remove_shards(path.parent, keep=state.get("shards"))
     if world()[1] > 1:
         torch.distributed.barrier()
 
@@ -124,7 +122,13 @@ def discard_checkpoint(path: Path) -> None:
     run starts here, so that the new run, killed before its first checkpoint, never resumes from it."""
     if world()[0] == 0:
         path.unlink(missing_ok=True)
-        for old in path.parent.glob(f"{SHARDS}-*"):
+        remove_shards(path.parent)
+
+
+def remove_shards(directory: Path, keep: str | None = None) -> None:
+    """Remove the sharded checkpoints' folders in ``directory``, all but the one named ``keep``."""
+    for old in directory.glob(f"{SHARDS}-*"):
+        if old.name != keep:
             shutil.rmtree(old)
 
 
