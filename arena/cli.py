@@ -44,6 +44,8 @@ positive_int = _checked(int, lambda v: v >= 1, "a positive integer")
 non_negative_int = _checked(int, lambda v: v >= 0, "a non-negative integer")
 non_negative_float = _checked(float, lambda v: 0 <= v < math.inf, "a non-negative number")  # nan fails too
 probability = _checked(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+positive_float = _checked(float, lambda v: 0 < v < math.inf, "a positive number")
+share = _checked(float, lambda v: 0 < v < 1, "a number in (0, 1)")
 positive_int_list = _checked(lambda text: [int(part) for part in text.split(",")], lambda v: all(k >= 1 for k in v),
                              "positive integers separated by commas")
 
@@ -190,8 +192,18 @@ def cmd_report(args) -> None:
     if missing_store(uri):
         raise UserError(f"no tracking store at {missing_store(uri)}: pass the --tracking-uri that 'arena run' wrote to")
     out = args.out or Path("reports") / study.name
+    tracker = Tracker(uri, study.tracking.experiment)
+    if args.plan:
+        from arena.report.planning import plan
+        from arena.report.records import read_results
+
+        try:
+            print(plan(read_results(tracker, study), args.margin, args.share))
+        except (ReportError, ValueError) as error:
+            raise UserError(str(error)) from None
+        return
     try:
-        report = write_study_report(study, Tracker(uri, study.tracking.experiment), out, args.x)
+        report = write_study_report(study, tracker, out, args.x)
     except ReportError as error:
         raise UserError(str(error)) from None
     print((out / "summary.md").read_text())
@@ -393,13 +405,15 @@ def add_run(commands) -> None:
 def add_report(commands) -> None:
     parser = _command(
         commands, "report", "figures and tables comparing a study's arms, read back from MLflow",
-        "Read the finished runs of a study at its current configuration from MLflow (a study\n"
-        "run earlier, elsewhere, or on a tracking server) and write into --out: tail-reward and\n"
-        "mean-reward curves with 95% bootstrap bands over seeds, per-level curves, the final tail\n"
-        "gain per arm, the tail profile (PNG and PDF each), and summary.md / table.tex with\n"
-        "bootstrap intervals, the probability of improvement and Welch's t-test against the\n"
-        "reference arm. The figures are also logged to the study's latest parent run. What each\n"
-        "shows: docs/reporting.md.",
+        "Read the finished runs (and controls) of a study at its current configuration from MLflow\n"
+        "(a study run earlier, elsewhere, or on a tracking server) and write into --out: tail-reward\n"
+        "and mean-reward curves with 95% t bands over seeds, per-level curves, the final tail gain\n"
+        "per arm, the tail profile (PNG and PDF each), and summary.md / table.tex: each gain with its\n"
+        "95% interval over seeds and evaluation draws, the gain over the sharpening control, and\n"
+        "each arm's verdict against the reference (different / equivalent within the margin /\n"
+        "inconclusive, Holm-adjusted). The files are also logged to the study's latest parent run.\n"
+        "--plan instead prints the seeds and evaluation size each comparison needs, from this\n"
+        "study as a pilot. What each shows: docs/reporting.md.",
         "arena report studies/es_vs_blockgrpo.yaml --x seconds", cmd_report)
     _add_study(parser)
     _add_tracking(parser)
@@ -407,6 +421,12 @@ def add_report(commands) -> None:
                         help="the budget axis of the curves (default: the study's budget unit)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="folder for the report files (default: reports/<study name>)")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the seeds per arm and evaluation prompts each comparison needs (power planning)")
+    parser.add_argument("--margin", type=positive_float, default=None,
+                        help="with --plan: the margin to decide at (default: the study's analysis.margin)")
+    parser.add_argument("--share", type=share, default=0.25,
+                        help="with --plan: the largest share of the variance the evaluation may hold (default: %(default)s)")
 
 
 def add_tune(commands) -> None:

@@ -15,9 +15,15 @@ r_ij the reward of sample j of prompt i:
   policy in a separate decoding (its own seeds), so that the samples that pick the subset are
   independent of those that measure it: a frozen policy shows zero hard-subset gain in expectation,
   where selecting on the measured samples would show a regression-to-the-mean gain.
+
+An evaluation *draw* is one set of N distinct prompts with its decoding seeds. Draw 0 is the one every
+evaluation point decodes; a study with ``evaluation.draws: D`` also decodes draws 1..D-1 at the start and
+at the end, each an independent sample of prompts (keyed by (evaluation seed, DRAW_PROMPTS, d)) with its
+own decoding seeds, so that the report can count, and measure, what one finite draw adds to a gain.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -27,6 +33,7 @@ from arena.model.sampler import SamplerConfig, generate
 from arena.rng import numpy_generator, seed_of
 
 MEASURE, SELECT = 0, 1  # decoding key domains: the measuring samples, the hard-subset selection samples
+DRAW_PROMPTS = 2  # key domain of the prompts of evaluation draws 1, 2, ... (draw 0 keeps the evaluation seed)
 
 
 def lower_cvar(per_prompt: np.ndarray, alpha: float) -> float:
@@ -63,23 +70,27 @@ class Evaluation:
 
 
 class Evaluator:
-    """Decodes the study's fixed evaluation prompts (held out, or the train split's when tuning); ``spec`` is the
-    study's evaluation section."""
+    """Decodes one draw of the study's evaluation prompts (held out, or the train split's when tuning); ``spec`` is
+    the study's evaluation section, ``draw`` the draw (0: the one every evaluation point decodes)."""
 
-    def __init__(self, task, spec, tokenizer=None, source: str | None = None):
-        self.task, self.spec = task, spec
-        self.examples = task.examples(spec.split, n=spec.prompts, seed=spec.seed, source=source)
+    def __init__(self, task, spec, tokenizer=None, source: str | None = None, draw: int = 0):
+        self.task, self.spec, self.draw = task, spec, draw
+        self.prompt_seed = spec.seed if draw == 0 else seed_of(spec.seed, DRAW_PROMPTS, draw)
+        self.examples = distinct_examples(task, spec, source, self.prompt_seed)
         self.texts = [task.prompt(e, tokenizer) for e in self.examples]
         self.levels = [e.get("difficulty") for e in self.examples]
         lo, hi = getattr(task, "reward_range", (0.0, 1.0))
         self.binary = (lo, hi) == (0.0, 1.0)
 
-    def decode(self, policy, domain: int = MEASURE) -> Evaluation:
-        """k samples of every prompt with decoding seeds keyed by (evaluation seed, domain, prompt, sample)."""
+    def decode(self, policy, domain: int = MEASURE, temperature: float | None = None) -> Evaluation:
+        """k samples of every prompt with decoding seeds keyed by (evaluation seed, domain[, draw], prompt, sample);
+        ``temperature`` replaces the study's (the sharpening control)."""
         spec, k = self.spec, self.spec.samples
         prompts = [policy.encode(text) for text in self.texts]
-        config = SamplerConfig(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature)
-        out = generate(policy, [p for p in prompts for _ in range(k)], config, seed=seed_of(spec.seed, domain),
+        config = SamplerConfig(max_new_tokens=spec.max_new_tokens,
+                               temperature=spec.temperature if temperature is None else temperature)
+        key = (spec.seed, domain) if self.draw == 0 else (spec.seed, domain, self.draw)
+        out = generate(policy, [p for p in prompts for _ in range(k)], config, seed=seed_of(*key),
                        row_ids=list(range(len(prompts) * k)))
         rewards = np.array([self._reward(row // k, text) for row, text in enumerate(out.texts)]).reshape(-1, k)
         completions = [{"prompt": self.texts[row // k], "completion": text, "reward": float(rewards.flat[row])}
@@ -94,7 +105,7 @@ class Evaluator:
 
         Ties (many prompts share a per-prompt reward) are broken by a keyed random order, not by index.
         """
-        return select_hard(self.decode(policy, SELECT).per_prompt, self.spec.hard_fraction, self.spec.seed)
+        return select_hard(self.decode(policy, SELECT).per_prompt, self.spec.hard_fraction, self.prompt_seed)
 
     def metrics(self, now: Evaluation, start: Evaluation, hard: np.ndarray) -> dict[str, float]:
         """Every evaluation metric of ``now``, with gains against ``start`` (same prompts and seeds)."""
@@ -116,6 +127,26 @@ class Evaluator:
             for level in sorted(set(levels.tolist()) - {-1}):
                 out[f"level{level}_mean_reward"] = float(p[levels == level].mean())
         return out
+
+
+class EvaluationError(ValueError):
+    """The evaluation cannot draw what the study asks for (more distinct prompts than the split holds)."""
+
+
+def distinct_examples(task, spec, source: str | None, seed: int) -> list[dict]:
+    """``spec.prompts`` distinct items of ``spec.split`` (asked of the task as ``distinct=True`` where its
+    ``examples`` takes it); EvaluationError naming ``evaluation.prompts`` when they are not to be had."""
+    name = getattr(task, "name", type(task).__name__)
+    distinct = {"distinct": True} if "distinct" in inspect.signature(task.examples).parameters else {}
+    try:
+        examples = task.examples(spec.split, n=spec.prompts, seed=seed, source=source, **distinct)
+    except ValueError as error:
+        raise EvaluationError(f"evaluation.prompts: {spec.prompts} distinct prompts are not to be had: {error}") from None
+    texts = [task.prompt(e) for e in examples]
+    if len(examples) < spec.prompts or len(set(texts)) < len(texts):
+        raise EvaluationError(f"evaluation.prompts: task {name!r} gave {len(set(texts))} distinct prompts of the "
+                              f"{spec.prompts} asked for on the {spec.split} split; ask for at most that many")
+    return examples
 
 
 class RewardError(RuntimeError):

@@ -41,6 +41,7 @@ from methods import fsdp
 from methods.base import all_reduce_sums, world
 
 TRAIN_PROMPTS = 7  # key domain of the training prompt draws
+DRAW_METRICS = ("tail_gain", "mean_gain", "hard_gain", "tail_reward")  # logged per extra evaluation draw
 SHARDS = "shards"  # a sharded (FSDP) checkpoint's method state: the folder shards-<point> beside checkpoint.pt
 
 
@@ -150,6 +151,12 @@ def decode(evaluator: Evaluator, policy) -> Evaluation:
         return evaluator.decode(policy)
 
 
+def start_cache(workdir: Path, run, draw: int = 0) -> Path:
+    """Where the starting evaluation of a draw is cached: shared by every run (and control) of the study that
+    starts from the same model, task and evaluation."""
+    return Path(workdir) / run.study / (f"start-{start_key(run)}" + (f"-draw{draw}" if draw else "") + ".npz")
+
+
 def starting_evaluation(evaluator: Evaluator, policy, cache: Path) -> tuple[Evaluation, np.ndarray]:
     """The evaluation at budget 0 and the hard subset, shared by every run that starts from this model."""
     if shared(cache.exists()):  # rank 0 looks, so that all ranks decode or none does
@@ -164,6 +171,26 @@ def starting_evaluation(evaluator: Evaluator, policy, cache: Path) -> tuple[Eval
         np.savez(staging, rewards=start.rewards, hard=hard, completions=json.dumps(start.completions))
         os.replace(staging, cache)
     return start, hard
+
+
+def other_draws(evaluators: list[Evaluator], policy, workdir: Path, run, mark: int, tracker, run_id: str,
+                temperature: float | None = None, frozen: bool = False) -> list[tuple[str, float, int]]:
+    """Evaluation draws 1..D-1 at the end of a run: each draw's start (cached) and the policy now (decoded at
+    ``temperature`` if given; the start itself when ``frozen``), logged as ``evaluations/draws/NN.npz`` (start,
+    end, hard); the rows of their gains."""
+    rows = []
+    for evaluator in evaluators:
+        start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, run, evaluator.draw))
+        if frozen:  # the same samples by construction; decoding again would add only thread-count numerics
+            now = start
+        else:
+            with fsdp.gathered(policy.model):
+                now = evaluator.decode(policy, temperature=temperature)
+        metrics = evaluator.metrics(now, start, hard)
+        rows += [(f"draws/{evaluator.draw}/{key}", metrics[key], mark) for key in DRAW_METRICS]
+        tracker.log_npz(run_id, {"start": start.rewards, "end": now.rewards, "hard": hard},
+                        f"evaluations/draws/{evaluator.draw:02d}.npz")
+    return rows
 
 
 def initial_weights(model) -> dict[str, torch.Tensor]:
@@ -245,7 +272,9 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     initial = own_shards(policy.model, initial)  # FSDP: each rank compares its own shards
     sharded = fsdp.is_sharded(policy.model)
     evaluator = Evaluator(task, run.evaluation, policy.tokenizer, run.task.source)
-    start, hard = starting_evaluation(evaluator, policy, Path(workdir) / run.study / f"start-{start_key(run)}.npz")
+    start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, run))
+    extra = [Evaluator(task, run.evaluation, policy.tokenizer, run.task.source, draw=d)
+             for d in range(1, run.evaluation.draws)]
 
     if action == "resume":
         tracker.reopen(run_id)
@@ -283,6 +312,8 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                     tracker.log_table(run_id, sample, f"evaluations/{mark:09d}/train_completions.json")
                 tracker.log_npz(run_id, {"rewards": now.rewards, "hard": hard},
                                 f"evaluations/{mark:09d}/per_prompt_rewards.npz")
+                if state.point == len(points) - 1:  # the end: the study's other evaluation draws too
+                    pending += other_draws(extra, policy, workdir, run, mark, tracker, run_id)
                 state.point += 1
                 state.rows += pending
                 save(checkpoint_path, method, state, sharded)

@@ -228,58 +228,23 @@ def run_all_ray(study, runs, tracker, parent_id: str, workdir: Path, placement: 
 # ---------------------------------------------------------------------------------------------
 # the printed summary, read back from MLflow (so a study run partly earlier, elsewhere, counts too)
 
-SUMMARY_KEYS = ("eval/tail_gain", "eval/mean_gain", "eval/tail_reward", "budget/seconds")
-
-
-def final_metrics(tracker, run_id: str, unit: str) -> dict[str, float]:
-    """The last evaluation point's values of run ``run_id``."""
-    values = {}
-    for key in SUMMARY_KEYS + (f"budget/{unit}",):
-        history = tracker.history(run_id, key)
-        if history:
-            values[key] = history[-1][1]
-    return values
-
-
-def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval over seeds (nan with one seed)."""
-    import numpy as np
-    from scipy import stats
-
-    mean = float(np.mean(values))
-    if len(values) < 2:
-        return mean, float("nan")
-    return mean, float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values)))
-
-
 def arm_width(names) -> int:
     """The width of a table's arm column: the longest arm name, at least 18."""
     return max([18, *map(len, names)])
 
 
-def summary_table(study, runs, tracker) -> str:
-    """Per arm: tail gain and mean-reward gain (mean ± 95% interval over seeds), budget used, wall time."""
-    from arena.report.records import finished_runs  # the report's rule: both describe the same runs
+def summary_table(study, tracker) -> str:
+    """The study's table as ``arena report`` computes it (``arena.report.comparison.rows``): per arm and control,
+    the tail gain with its interval over seeds and evaluation draws, the gain over sharpening, the hard gain,
+    the verdict against the reference; read back from MLflow, so runs finished earlier or elsewhere count too."""
+    from arena.report import comparison, tables
+    from arena.report.records import ReportError, read_results
 
-    found = finished_runs(tracker, runs).runs
-    by_arm: dict[str, list[dict]] = {}
-    for run in runs:
-        if (run.arm, run.seed) in found:
-            values = final_metrics(tracker, found[(run.arm, run.seed)].run_id, run.budget_unit)
-            by_arm.setdefault(run.arm, []).append(values)
-    alpha, width = study.evaluation.primary_alpha, arm_width(by_arm)
-    used_header = f"budget used ({study.budget.unit})"
-    used_width = max(26, len(used_header) + 1)
-    lines = [f"{'arm':<{width}} {'seeds':>5} {f'tail gain (α={alpha:g})':>22} {'mean-reward gain':>22} "
-             f"{used_header:>{used_width}} {'train s':>8}"]
-    for arm, rows in by_arm.items():
-        tail, tail_ci = interval([r["eval/tail_gain"] for r in rows])
-        mean, mean_ci = interval([r["eval/mean_gain"] for r in rows])
-        used = sum(r.get(f"budget/{study.budget.unit}", 0.0) for r in rows) / len(rows)
-        seconds = sum(r.get("budget/seconds", 0.0) for r in rows) / len(rows)
-        lines.append(f"{arm:<{width}} {len(rows):>5} {tail:>+12.3f} ± {tail_ci:<7.3f} "
-                     f"{mean:>+12.3f} ± {mean_ci:<7.3f} {used:>{used_width}.0f} {seconds:>8.0f}")
-    return "\n".join(lines)
+    try:
+        results = read_results(tracker, study)
+    except ReportError as error:
+        return f"no summary: {error}"
+    return tables.text(comparison.rows(results), comparison.setup(results))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,6 +320,7 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
             outcomes = run_all_ray(study, runs, tracker, parent_id, Path(workdir), placement, force)
         else:
             outcomes = run_all(study, runs, tracker, parent_id, Path(workdir), placement, force, progress)
+        outcomes += run_controls(study, tracker, parent_id, Path(workdir), placement, force)
     except BaseException:
         tracker.finish(parent_id, "KILLED")
         raise
@@ -362,8 +328,23 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
     done = {status: sum(o.status == status for o in outcomes) for status in ("finished", "skipped", "failed")}
     print(f"\n{done['finished']} runs finished, {done['skipped']} already finished (skipped), {done['failed']} failed, "
           f"in {time.time() - started:.0f} s\n")
-    print(summary_table(study, runs, tracker))
+    print(summary_table(study, tracker))
     print(f"\nlook further: arena ui {study.source_path}    arena report {study.source_path}")
+    return outcomes
+
+
+def run_controls(study, tracker, parent_id: str, workdir: Path, placement: Placement, force: bool) -> list[Outcome]:
+    """The study's controls (``arena.controls``): one evaluation each, in this process, after the arms (whose
+    starting evaluation they share through its cache); a control that fails is reported like a failed run."""
+    from arena.controls import control_specs, evaluate_control
+
+    outcomes = []
+    for control in control_specs(study):
+        try:
+            outcomes.append(evaluate_control(control, tracker, parent_id, workdir, placement.device(0), force))
+        except Exception as error:
+            print(f"control {control.arm} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+            outcomes.append(Outcome(control.arm, 0, "", "failed", f"{type(error).__name__}: {error}"))
     return outcomes
 
 

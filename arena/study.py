@@ -23,6 +23,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
       hard_fraction: 0.25       # in (0, 1)
       points: 5                 # evaluation points including the start (>= 2), equally spaced in budget
       seed: 0                   # keys the held-out prompts and every evaluation decoding seed
+      draws: 1                  # independent evaluation draws (prompts and decoding seeds) at the start and end
     budget:
       unit: samples             # samples | tokens | forward_tokens | seconds
       amount: 2048              # > 0, per run
@@ -31,6 +32,11 @@ A study compares arms (optimizers with their options) on shared settings, one va
       uri: null                 # MLflow tracking URI (precedence is the command line's business)
       experiment: null          # null: the study name
     reference: null             # the arm the others are compared with; null: the first arm
+    analysis:
+      margin: null              # > 0: arms within ±margin of the reference (tail gain) can be found equivalent (TOST)
+      correction: holm          # holm | bonferroni | none, over the arms compared with the reference
+      level: 0.05               # of every test; intervals are 95%
+    controls: []                # built-in arms evaluated without training: frozen, sharpen (docs/reporting.md)
     at: {}                      # profile -> {budget, seeds, train, evaluation} under that profile (arena.profiles)
     arms:                       # required: name -> arm, in run order
       block_grpo:
@@ -125,9 +131,10 @@ class EvaluationSpec(Section):
     hard_fraction: float = 0.25
     points: int = 5
     seed: int = 0
+    draws: int = 1
 
     def problems(self):
-        for name, low in {"prompts": 1, "samples": 1, "max_new_tokens": 1, "points": 2, "seed": 0}.items():
+        for name, low in {"prompts": 1, "samples": 1, "max_new_tokens": 1, "points": 2, "seed": 0, "draws": 1}.items():
             if getattr(self, name) < low:
                 yield name, f"must be >= {low}, got {getattr(self, name)!r}"
         if not self.temperature >= 0:
@@ -151,6 +158,22 @@ class BudgetSpec(Section):
     def problems(self):
         if not (self.amount > 0 and math.isfinite(self.amount)):
             yield "amount", f"must be a finite number > 0, got {self.amount!r}"
+
+
+@dataclass(frozen=True)
+class AnalysisSpec(Section):
+    margin: float | None = None
+    correction: Literal["holm", "bonferroni", "none"] = "holm"
+    level: float = 0.05
+
+    def problems(self):
+        if self.margin is not None and not (self.margin > 0 and math.isfinite(self.margin)):
+            yield "margin", f"must be a number > 0 (the equivalence margin of the tail gain) or null, got {self.margin!r}"
+        if not 0 < self.level < 0.5:
+            yield "level", f"must be in (0, 0.5), got {self.level!r}"
+
+
+CONTROLS = ("frozen", "sharpen")  # arena.controls evaluates them
 
 
 @dataclass(frozen=True)
@@ -194,7 +217,7 @@ class ArmSpec(Section):
 
 
 SECTIONS = {"task": TaskSpec, "train": TrainSpec, "evaluation": EvaluationSpec, "budget": BudgetSpec,
-            "tracking": TrackingSpec}
+            "tracking": TrackingSpec, "analysis": AnalysisSpec}
 
 
 @dataclass(frozen=True)
@@ -208,6 +231,8 @@ class Study(Section):
     seeds: tuple[int, ...] = (0, 1, 2)
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     reference: str = ""  # "": the first arm
+    analysis: AnalysisSpec = field(default_factory=AnalysisSpec)
+    controls: tuple[str, ...] = ()
     arms: dict[str, ArmSpec] = field(default_factory=dict)
     source_path: str | None = None
     profile: str = ""  # set by a profile that rewrote the study; part of every config hash
@@ -234,6 +259,13 @@ class Study(Section):
         for name in self.arms:
             if not NAME.fullmatch(name):
                 yield f"arms.{name}", "arm names must use only letters, digits, _ . -"
+            elif name in self.controls:
+                yield f"arms.{name}", f"{name!r} names a control the study lists; name the arm otherwise"
+        for i, control in enumerate(self.controls):
+            if control not in CONTROLS:
+                yield f"controls[{i}]", f"unknown control {control!r}; known controls: {', '.join(CONTROLS)}"
+        if len(set(self.controls)) != len(self.controls):
+            yield "controls", f"must be distinct, got {list(self.controls)}"
         if self.arms and self.reference not in self.arms:
             yield "reference", f"no arm named {self.reference!r}; arms: {', '.join(self.arms)}"
             return
@@ -273,7 +305,7 @@ class Study(Section):
                        **({"confounded_because": arm.confounded_because} if arm.confounded_because else {})}
                 for name, arm in self.arms.items()}
         body = {"name": self.name, "model": self.model, **{key: plain(getattr(self, key)) for key in SECTIONS},
-                "seeds": list(self.seeds), "reference": self.reference, "arms": arms}
+                "seeds": list(self.seeds), "reference": self.reference, "controls": list(self.controls), "arms": arms}
         header = f"# resolved from {self.source_path or 'code'}" + (f", profile {self.profile}" if self.profile else "")
         return header + "\n" + yaml.safe_dump(body, sort_keys=False)
 
@@ -515,6 +547,11 @@ def validate(raw, source: str, lines: dict | None = None, found=(), profile: str
         values["seeds"] = tuple(seeds)
     elif seeds is not None:
         problems.append(Problem("seeds", f"expected a list of non-negative integers or a count >= 1, got {seeds!r}"))
+    controls = raw.get("controls")
+    if isinstance(controls, list):
+        values["controls"] = tuple(map(str, controls))
+    elif controls is not None:
+        problems.append(Problem("controls", f"expected a list of controls ({', '.join(CONTROLS)}), got {controls!r}"))
 
     task = raw.get("task")
     if isinstance(task, dict) and "name" not in task:
@@ -562,5 +599,5 @@ def located(problems: list[Problem], source: str, lines: dict) -> StudyError:
     return StudyError(sorted(out, key=lambda p: p.line or math.inf))  # in file order; stable
 
 
-__all__ = ["ArmSpec", "BudgetSpec", "EvaluationSpec", "RunSpec", "Study", "StudyError", "TaskSpec", "TrackingSpec",
+__all__ = ["CONTROLS", "AnalysisSpec", "ArmSpec", "BudgetSpec", "EvaluationSpec", "RunSpec", "Study", "StudyError", "TaskSpec", "TrackingSpec",
            "TrainSpec", "digest", "load_study", "load_task", "located", "method_class", "read_yaml", "validate"]

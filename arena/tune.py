@@ -754,6 +754,8 @@ def table(tune: Tune, found: list[ArmOutcome]) -> str:
         options = ", ".join(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}" for k, v in o.best_params.items())
         lines.append(f"{o.arm:<{width}} {best:>16} {o.counts.finished:>8} {o.counts.pruned:>6} {o.counts.failed:>6} "
                      f"{'-' if o.best_trial is None else o.best_trial:>10}  {options or '-'}")
+    lines.append(f"best {tune.objective}: the best trial's own value, no interval (the maximum of noisy trials runs high: "
+                 "rerun the winner on fresh seeds with arena run and read its interval there, docs/reporting.md)")
     return "\n".join(lines)
 
 

@@ -20,6 +20,8 @@ class Task(Protocol):
     def prompt(self, example: dict, tokenizer: Any = None) -> str: ...
 
     def examples(self, split: str, n: int | None = None, seed: int = 0, source: str | None = None) -> list[dict]: ...
+    # An evaluation's prompts must be distinct: a task whose draws may repeat an item takes a keyword
+    # ``distinct: bool = False`` as well, and the evaluation asks for ``distinct=True``.
 
 
 def last_answer(text: str) -> str | None:

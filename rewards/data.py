@@ -36,17 +36,27 @@ def check_split(task: str, split: str) -> None:
 
 
 def generate_split(task: str, split: str, n: int, seed: int, levels: tuple, make: Callable,
-                   distinct: bool = True) -> list[dict]:
+                   distinct: bool = True, pool: Callable[[object], int | None] | None = None) -> list[dict]:
     """``n`` generated items balanced over difficulty ``levels``, on ``split``'s side of the hash.
 
     ``make(rng, level)`` returns an item with a ``"key"`` entry (its identity, removed here) or None;
-    item i draws from a generator keyed by (seed, split, level, i). ``distinct=False`` allows
-    repeats (a level may have fewer distinct items than asked for).
+    item i draws from a generator keyed by (seed, split, level, i). ``distinct`` items never repeat a key.
+    ``pool(level)`` is the number of distinct keys of a level on this split (None: more than any draw needs):
+    a level whose pool is used up passes its turn to the next level that has items left (balanced while the
+    pools last), and asking for more items than all the pools hold is a ValueError that says how many there are.
     """
     check_split(task, split)
     items, seen = [], set()
+    left = {level: None if pool is None else pool(level) for level in levels} if distinct else {}
+    if distinct and all(count is not None for count in left.values()) and n > sum(left.values()):
+        raise ValueError(f"{task}: the {split} split of levels {list(levels)} holds {sum(left.values())} distinct "
+                         f"items ({', '.join(f'level {k}: {v}' for k, v in left.items())}); {n} were asked for")
+    turn = 0
     for i in range(n):
-        level = levels[i % len(levels)]
+        while distinct and left[levels[turn % len(levels)]] == 0:
+            turn += 1
+        level = levels[turn % len(levels)]
+        turn += 1
         rng = numpy_generator(seed, SPLITS.index(split), level, i)
         while True:
             item = make(rng, level)
@@ -54,6 +64,8 @@ def generate_split(task: str, split: str, n: int, seed: int, levels: tuple, make
                 break
         if distinct:
             seen.add(item["key"])
+            if left[level] is not None:
+                left[level] -= 1
         del item["key"]
         items.append(item)
     return items

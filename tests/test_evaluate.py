@@ -38,10 +38,10 @@ class Levels:
     name, reward_range = "levels", (0.0, 1.0)
 
     def examples(self, split, n, seed, source=None):
-        return [{"difficulty": 1 + i % 2} for i in range(n)]
+        return [{"difficulty": 1 + i % 2, "index": i} for i in range(n)]
 
     def prompt(self, example, tokenizer=None):
-        return f"level {example['difficulty']}"
+        return f"level {example['difficulty']} #{example['index']}"
 
     def reward(self, completion, example):
         return float(completion)
@@ -109,4 +109,37 @@ def test_the_evaluation_split_picks_the_prompts_train_for_tuning_heldout_for_rep
     question = lambda examples: {task.prompt(e) for e in examples}  # noqa: E731
     assert question(held) & question(train) == set()  # the splits never share a prompt
     assert question(train) <= question(task.examples("train", n=256, seed=0))
-    assert held == task.examples("heldout", n=32, seed=0)
+    assert held == task.examples("heldout", n=32, seed=0, distinct=True)
+
+
+def test_evaluation_prompts_are_distinct_and_asking_for_more_than_the_pool_holds_is_an_error():
+    """Level 1 has 100 operand pairs, 18 of them held out: a distinct draw over levels 1-2 takes all 18 and fills
+    the rest from level 2; 19 level-1 prompts are more than the split holds; a task that repeats prompts is named."""
+    from arena.evaluate import EvaluationError
+    from arena.study import EvaluationSpec
+    from rewards.noisy_arithmetic import NoisyArithmeticTask
+
+    task = NoisyArithmeticTask(levels=(1, 2))
+    evaluator = Evaluator(task, EvaluationSpec(prompts=128))
+    assert len(set(evaluator.texts)) == 128
+    assert sum(level == 1 for level in evaluator.levels) == 18
+    with pytest.raises(EvaluationError, match=r"evaluation.prompts: 19 distinct prompts .* holds 18 distinct items"):
+        Evaluator(NoisyArithmeticTask(levels=(1,)), EvaluationSpec(prompts=19))
+
+    class Repeating(Levels):
+        def prompt(self, example, tokenizer=None):
+            return f"level {example['difficulty']}"
+
+    with pytest.raises(EvaluationError, match="task 'levels' gave 2 distinct prompts of the 4 asked for"):
+        Evaluator(Repeating(), spec())
+
+
+def test_evaluation_draws_are_independent_samples_of_prompts_with_their_own_seeds():
+    from arena.study import EvaluationSpec
+    from rewards.noisy_arithmetic import NoisyArithmeticTask
+
+    task = NoisyArithmeticTask(levels=(1, 2))
+    spec = EvaluationSpec(prompts=64, draws=3)
+    draws = [Evaluator(task, spec, draw=d) for d in range(3)]
+    assert draws[0].texts == Evaluator(task, spec).texts  # draw 0 is the evaluation every point decodes
+    assert all(len(set(d.texts)) == 64 for d in draws) and len({tuple(d.texts) for d in draws}) == 3

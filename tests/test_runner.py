@@ -253,3 +253,27 @@ def test_the_plan_keeps_its_columns_under_a_long_arm_name(in_tmp, capsys):
     assert table[0].startswith("arm ") and table[-1].startswith("evolution_strategies_low_rank ")
     hash_starts = {re.search(r" ([0-9a-f]{12}) ", line).start(1) for line in table[1:]}
     assert hash_starts == {table[0].index("config")}, table  # every row's config hash under its header
+
+
+def test_the_printed_summary_and_summary_md_show_the_same_numbers(in_tmp, capsys):
+    """One definition: `arena run`'s closing table and `arena report`'s summary.md print the same cells, for the
+    arms and for the controls, on a study with two evaluation draws and a margin."""
+    study = {**STUDY, "evaluation": {**STUDY["evaluation"], "draws": 2}, "controls": ["frozen", "sharpen"],
+             "analysis": {"margin": 0.05}, "arms": {"block_grpo": STUDY["arms"]["block_grpo"],
+                                                    "grpo": {"method": "grpo", "options": {
+                                                        "lr": 1e-4, "group_size": 4, "max_new_tokens": 8}}}}
+    path = write(in_tmp, study)
+    assert main(["run", str(path), "--jobs", "1"]) == 0
+    printed = capsys.readouterr().out.split("in ", 1)[1]
+    assert main(["report", str(path), "--out", str(in_tmp / "report")]) == 0
+    capsys.readouterr()
+    summary = (in_tmp / "report" / "summary.md").read_text()
+    table = [line.split("|")[1:-1] for line in summary.splitlines() if line.startswith("| ")][1:]
+    assert [cells[0].strip() for cells in table] == ["block_grpo", "grpo", "frozen (control)", "sharpen (control)"]
+    for cells in table:
+        arm, tail, over, hard = (c.strip() for c in (cells[0], cells[2], cells[3], cells[4]))
+        line = next(line for line in printed.splitlines() if line.startswith(arm))
+        assert tail in line and over in line and hard in line, (line, tail, over, hard)
+        assert "[" in tail  # intervals, not bare numbers: two seeds and two draws
+    assert "grpo" in printed and ("different" in printed or "inconclusive" in printed or "equivalent" in printed)
+    assert "2 draws of 12 distinct prompts" in summary

@@ -2,11 +2,13 @@
 ``stats``, drawn by ``figures`` and typeset by ``tables``; everything written to one folder and the figures
 logged to the study's latest parent run (``report/``). What each file shows: docs/reporting.md.
 
-    tail_reward.{png,pdf}     tail reward at the primary α against budget, mean over seeds and 95% band; a
+    tail_reward.{png,pdf}     tail reward at the primary α against budget, mean over seeds and 95% t band over
+                              seeds (given the evaluation draw), the sharpening control as a dashed line; a
                               second panel against training seconds when the arms' speeds differ by > 10%
     mean_reward.{png,pdf}     mean reward against budget
     levels.{png,pdf}          mean reward per difficulty level (when the task has levels)
-    final_tail_gain.{png,pdf} final tail gain per arm: mean, 95% interval, each seed
+    final_tail_gain.{png,pdf} final tail gain per arm and control: mean, 95% interval over seeds and evaluation
+                              draws, each seed
     tail_profile.{png,pdf}    reward of the p-th worst prompt against p at the end (and at the start), and the
                               tail gain at every level p (lower CVaR at p, end minus start)
     summary.md, table.tex     the table per arm (arena.report.tables)
@@ -54,10 +56,10 @@ def x_values(results: Results, arm: str, x: str) -> np.ndarray:
 
 
 def curves(results: Results, key: str, x: str) -> list[Curve]:
-    """One curve per arm: mean over seeds of metric ``key`` and its 95% band (whole seed curves resampled)."""
+    """One curve per arm: mean over seeds of metric ``key`` and its pointwise t band over seeds."""
     out = []
     for arm in results.arms:
-        mean, low, high = stats.curve_band(results.values(arm, key), stats.bootstrap_key(arm, key))
+        mean, low, high = stats.curve_band(results.values(arm, key))
         out.append(Curve(arm, x_values(results, arm, x), mean, low, high))
     return out
 
@@ -71,37 +73,78 @@ def seconds_per_arm(results: Results) -> dict[str, float]:
     return {arm: float(final(results, arm, "budget/seconds").mean()) for arm in results.arms}
 
 
-def row(results: Results, arm: str) -> tables.Row:
-    study = results.study
-    gains = final(results, arm, "eval/tail_gain")
-    improvement = test = None
-    if arm != study.reference:
-        if study.reference in results.arms:
-            reference = final(results, study.reference, "eval/tail_gain")
-            improvement = stats.improvement_interval(gains, reference,
-                                                     stats.bootstrap_key(arm, study.reference, "improvement"))
-            test = stats.welch_test(gains, reference)
-        else:
-            improvement, test = stats.Estimate(math.nan, seeds=0), stats.Significance(stats.WELCH, math.nan, math.nan)
-    alpha = study.evaluation.primary_alpha
-    noise = [stats.evaluation_se(run.start_rewards, run.end_rewards, alpha,
-                                 stats.bootstrap_key(arm, str(run.seed), "evaluation")) for run in results.arms[arm]]
+def statistics(study) -> dict[str, stats.Statistic]:
+    """The gains every row reports, by name."""
+    return {"tail": stats.tail_gain(study.evaluation.primary_alpha), "hard": stats.hard_gain, "mean": stats.mean_gain}
+
+
+def gain(results: Results, arm: str, name: str) -> stats.Interval:
+    return stats.gain_interval(results.draws(arm), statistics(results.study)[name], arm in results.controls)
+
+
+def difference(results: Results, arm: str, other: str, name: str = "tail") -> stats.Interval:
+    return stats.difference_interval(results.draws(arm), results.draws(other), statistics(results.study)[name],
+                                     arm in results.controls, other in results.controls)
+
+
+def comparisons(results: Results) -> dict[str, tables.Comparison]:
+    """Each trained arm's tail gain against the reference's: the difference, its p value and TOST p value, each
+    adjusted over the arms compared (the study's correction), and the verdict at the study's margin."""
+    study, analysis = results.study, results.study.analysis
+    reference = study.reference
+    others = [arm for arm in results.arms if arm != reference] if reference in results.arms else []
+    found = {arm: difference(results, arm, reference) for arm in others}
+    p = [stats.p_value(found[arm]) for arm in others]
+    tost = [stats.tost_p(found[arm], analysis.margin) if analysis.margin else math.nan for arm in others]
+    p_adjusted, tost_adjusted = stats.adjust(p, analysis.correction), stats.adjust(tost, analysis.correction)
+    return {arm: tables.Comparison(found[arm], p[i], float(p_adjusted[i]), tost[i], float(tost_adjusted[i]),
+                                   stats.verdict(p_adjusted[i], tost_adjusted[i], analysis.level, analysis.margin))
+            for i, arm in enumerate(others)}
+
+
+def row(results: Results, arm: str, compared: dict[str, tables.Comparison]) -> tables.Row:
+    study, control = results.study, arm in results.controls
+    tail = results.draws(arm)
+    gains = stats.seed_gains(tail, statistics(study)["tail"]).mean(axis=1)
+    sharpen = "sharpen" in results.controls and arm != "sharpen"
     return tables.Row(
-        arm, len(gains),
-        stats.mean_interval(gains, stats.bootstrap_key(arm, "final tail gain")),
-        float(gains.std(ddof=1)) if len(gains) > 1 else math.nan, float(np.sqrt(np.mean(np.square(noise)))),
-        stats.mean_interval(stats.area_under_curve(results.marks, results.values(arm, "eval/tail_reward")),
-                            stats.bootstrap_key(arm, "tail-reward area")),
-        stats.mean_interval(final(results, arm, "eval/mean_reward"), stats.bootstrap_key(arm, "final mean reward")),
+        arm, 0 if control else len(gains), control, gain(results, arm, "tail"),
+        difference(results, arm, "sharpen") if sharpen else None,
+        gain(results, arm, "hard"), gain(results, arm, "mean"),
+        float(gains.std(ddof=1)) if len(gains) > 1 and not control else math.nan,
+        stats.between_draw_sd(tail, statistics(study)["tail"]),
+        None if control else stats.t_interval(stats.area_under_curve(results.marks,
+                                                                      results.values(arm, "eval/tail_reward"))),
+        stats.t_interval(final(results, arm, "eval/mean_reward")) if not control
+        else stats.Interval(float(final(results, arm, "eval/mean_reward")[0]), seeds=0),
         float(final(results, arm, f"budget/{study.budget.unit}").mean()),
-        float(final(results, arm, "budget/seconds").mean()), improvement, test)
+        float(final(results, arm, "budget/seconds").mean()), compared.get(arm), arm == study.reference)
+
+
+def rows(results: Results) -> list[tables.Row]:
+    """The table: the trained arms in the study's order, then the controls."""
+    compared = comparisons(results)
+    return [row(results, arm, compared) for arm in [*results.arms, *results.controls]]
 
 
 def setup(results: Results) -> tables.Setup:
     study = results.study
     return tables.Setup(study.name, study.reference, study.evaluation.primary_alpha, study.budget.unit,
                         study.budget.amount, study.evaluation.prompts, study.evaluation.samples, results.missing,
-                        results.stale, results.predating)
+                        results.stale, results.predating, min((len(results.draws(arm)) for arm in results.arms),
+                                                              default=1),
+                        study.analysis.margin, study.analysis.correction, study.analysis.level,
+                        *tail_cover(results))
+
+
+def tail_cover(results: Results) -> tuple[int, int]:
+    """(prompts in one run's tail, distinct prompts in the union of every run's tail at the end) on draw 0."""
+    count = math.ceil(results.study.evaluation.primary_alpha * results.study.evaluation.prompts - 1e-9)
+    union = set()
+    for runs in results.arms.values():
+        for run in runs:
+            union.update(np.argsort(run.end, kind="stable")[:count].tolist())
+    return count, len(union)
 
 
 def seed_note(results: Results) -> str:
@@ -109,27 +152,33 @@ def seed_note(results: Results) -> str:
     if counts[-1] == 1:
         return "one seed per arm: no band"
     n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    return f"mean over {n} seeds, 95% bootstrap band"
+    return f"mean over {n} seeds, {stats.SEEDS_ONLY}"
 
 
 # ---------------------------------------------------------------------------------------------
 # figures
 
 
+def references(results: Results, key: str) -> dict[str, float]:
+    """The controls' levels of ``key`` (on draw 0), drawn as dashed lines across a curve panel."""
+    return {arm: float(final(results, arm, key)[0]) for arm in results.controls if arm == "sharpen"}
+
+
 def tail_figure(results: Results, x: str, colors: dict[str, str]):
     alpha = results.study.evaluation.primary_alpha
     ylabel = f"tail reward (α = {alpha:g})"
-    panels = [Panel(X_LABELS[x], ylabel, curves(results, "eval/tail_reward", x))]
+    lines = references(results, "eval/tail_reward")
+    panels = [Panel(X_LABELS[x], ylabel, curves(results, "eval/tail_reward", x), references=lines)]
     if x != "seconds" and stats.speeds_differ(seconds_per_arm(results), SPEED_TOLERANCE):
         panels[0].title = f"at equal {x.replace('_', ' ')}"
         panels.append(Panel(X_LABELS["seconds"], ylabel, curves(results, "eval/tail_reward", "seconds"),
-                            "at equal wall-clock"))
+                            "at equal wall-clock", lines))
     return figures.curves_figure(panels, colors, seed_note(results))
 
 
 def mean_figure(results: Results, x: str, colors: dict[str, str]):
-    return figures.curves_figure([Panel(X_LABELS[x], "mean reward", curves(results, "eval/mean_reward", x))],
-                                 colors, seed_note(results))
+    return figures.curves_figure([Panel(X_LABELS[x], "mean reward", curves(results, "eval/mean_reward", x),
+                                        references=references(results, "eval/mean_reward"))], colors, seed_note(results))
 
 
 def levels_figure(results: Results, x: str, colors: dict[str, str]):
@@ -142,7 +191,7 @@ def gain_figure(results: Results, rows: list[tables.Row], colors: dict[str, str]
     dots = [Dot(r.arm, r.tail_gain.value, r.tail_gain.low, r.tail_gain.high, final(results, r.arm, "eval/tail_gain"))
             for r in rows]
     alpha = results.study.evaluation.primary_alpha
-    note = "mean, 95% bootstrap interval; circles: seeds" if any(r.tail_gain.has_interval for r in rows) \
+    note = f"mean, {stats.SEEDS_AND_EVALUATION}; circles: seeds" if any(r.tail_gain.has_interval for r in rows) \
         else "one seed per arm: no interval"
     return figures.dot_figure(dots, colors, f"tail gain at the end of the budget (α = {alpha:g})", note)
 
@@ -158,8 +207,7 @@ def profile_figure(results: Results, colors: dict[str, str]):
     for arm in results.arms:
         profiles.append(Curve(arm, (np.arange(count) + 0.5) / count, ends[arm].mean(axis=0)))
         gain = stats.tail_profiles(ends[arm]) - stats.tail_profiles(starts[arm])
-        gains.append(Curve(arm, np.arange(1, count + 1) / count,
-                           *stats.curve_band(gain, stats.bootstrap_key(arm, "tail gain profile"))))
+        gains.append(Curve(arm, np.arange(1, count + 1) / count, *stats.curve_band(gain)))
     return figures.profile_figure(start, profiles, gains, colors, results.study.evaluation.primary_alpha,
                                   seed_note(results))
 
@@ -176,20 +224,20 @@ def write_study_report(study, tracker, directory: Path, x: str | None = None, lo
     x = x or study.budget.unit
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    colors = figures.arm_colors(study.arms)  # every arm of the study, so colours never shift with missing runs
-    rows = [row(results, arm) for arm in results.arms]
-    report = Report(directory, [], {}, rows, results)
+    colors = figures.arm_colors([*study.arms, *study.controls])  # every arm: colours never shift with missing runs
+    table = rows(results)
+    report = Report(directory, [], {}, table, results)
     with figures.style():
         report.figures["tail_reward"] = tail_figure(results, x, colors)
         report.figures["mean_reward"] = mean_figure(results, x, colors)
         if results.levels:
             report.figures["levels"] = levels_figure(results, x, colors)
-        report.figures["final_tail_gain"] = gain_figure(results, rows, colors)
+        report.figures["final_tail_gain"] = gain_figure(results, table, colors)
         report.figures["tail_profile"] = profile_figure(results, colors)
         for name, figure in report.figures.items():
             report.paths += figures.save(figure, directory, name)
-    for name, text in (("summary.md", tables.markdown(rows, setup(results))),
-                       ("table.tex", tables.latex(rows, setup(results)))):
+    for name, text in (("summary.md", tables.markdown(table, setup(results))),
+                       ("table.tex", tables.latex(table, setup(results)))):
         (directory / name).write_text(text)
         report.paths.append(directory / name)
     if log and results.parent_id:

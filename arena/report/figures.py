@@ -9,7 +9,7 @@ horizontal grid. Each function returns a ``matplotlib.figure.Figure`` (no pyplot
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +59,7 @@ class Panel:
     ylabel: str
     curves: list[Curve]
     title: str = ""
+    references: dict[str, float] = field(default_factory=dict)  # label -> level, drawn as a dashed line (a control)
 
 
 def _budget_axis(axis, curves: list[Curve]) -> None:
@@ -105,6 +106,8 @@ def curves_figure(panels: list[Panel], colors: dict[str, str], note: str):
     for axis, panel in zip(axes[:, 0], panels):
         for curve in panel.curves:
             draw_curve(axis, curve, colors[curve.arm])
+        for label, level in panel.references.items():
+            axis.axhline(level, color=colors[label], linestyle="--", linewidth=1.0, label=f"{label} (control)")
         axis.set(xlabel=panel.xlabel, ylabel=panel.ylabel, title=panel.title)
         _budget_axis(axis, panel.curves)
     _legend(figure, axes[0, 0], note, _columns(len(colors)))

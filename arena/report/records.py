@@ -36,7 +36,8 @@ class ReportError(Exception):
 
 @dataclass
 class SeedRun:
-    """One finished (arm, seed) run: its curves at the study's evaluation marks and its per-prompt rewards."""
+    """One finished (arm, seed) run, or a control: its curves at the study's evaluation marks (a control: at the
+    last mark only) and its per-prompt rewards on every evaluation draw."""
 
     arm: str
     seed: int
@@ -44,6 +45,8 @@ class SeedRun:
     curves: dict[str, np.ndarray] = field(default_factory=dict)  # metric key -> value at each mark
     start_rewards: np.ndarray | None = None  # (prompts, k) reward of every evaluation sample at the first mark
     end_rewards: np.ndarray | None = None  # the same at the last mark
+    hard: np.ndarray | None = None  # (prompts,) the hard subset of draw 0
+    other_draws: list = field(default_factory=list)  # draws 1..D-1: {"start", "end", "hard"} arrays
 
     @property
     def start(self) -> np.ndarray:
@@ -65,10 +68,26 @@ class Results:
     parent_id: str | None  # the study's latest parent run (an ``arena run`` invocation), if any
     levels: list[int]  # difficulty levels with a ``eval/level<L>_mean_reward`` curve
     predating: dict = field(default_factory=dict)  # (arm, seed) -> options its run predates (see above)
+    controls: dict[str, SeedRun] = field(default_factory=dict)  # the study's controls that have finished
 
     def values(self, arm: str, key: str) -> np.ndarray:
-        """(seeds, marks) array of ``key`` for ``arm``."""
-        return np.array([run.curves[key] for run in self.arms[arm]])
+        """(seeds, marks) array of ``key`` for ``arm`` ((1, 1) for a control: its last mark)."""
+        runs = [self.controls[arm]] if arm in self.controls else self.arms[arm]
+        return np.array([run.curves[key] for run in runs])
+
+    def draws(self, arm: str) -> list:
+        """The arm's (or control's) per-prompt rewards on each evaluation draw its runs all have
+        (``arena.report.stats.Draw``: start and end per seed, the hard subset)."""
+        from arena.report.stats import Draw
+
+        runs = [self.controls[arm]] if arm in self.controls else self.arms[arm]
+        count = 1 + min(len(run.other_draws) for run in runs)
+        out = [Draw(np.stack([run.start for run in runs]), np.stack([run.end for run in runs]), runs[0].hard)]
+        for d in range(count - 1):
+            out.append(Draw(np.stack([run.other_draws[d]["start"].mean(axis=1) for run in runs]),
+                            np.stack([run.other_draws[d]["end"].mean(axis=1) for run in runs]),
+                            runs[0].other_draws[d]["hard"]))
+        return out
 
 
 def marks_of(study) -> list[int]:
@@ -131,21 +150,36 @@ def _curve(tracker, run_id: str, key: str, marks: list[int]) -> np.ndarray:
     return np.array([at[mark] for mark in marks], dtype=float)
 
 
-def _per_prompt(tracker, run_id: str, mark: int) -> np.ndarray:
-    path = f"evaluations/{mark:09d}/per_prompt_rewards.npz"
+def _arrays(tracker, run_id: str, path: str) -> dict[str, np.ndarray]:
     with tempfile.TemporaryDirectory() as folder:
         try:
             local = tracker.download(run_id, path, folder)
         except Exception as error:  # MLflow raises its own errors or OSError for a missing artifact
             raise ReportError(f"run {run_id} has no artifact {path} ({type(error).__name__})") from error
         with np.load(local) as saved:
-            return saved["rewards"]
+            return {key: saved[key] for key in saved.files}
 
 
-def read_seed_run(tracker, arm: str, seed: int, run_id: str, marks: list[int]) -> SeedRun:
+def read_seed_run(tracker, arm: str, seed: int, run_id: str, marks: list[int], draws: int = 1) -> SeedRun:
+    """A run's curves at ``marks`` (a control: ``marks`` is the last one), its per-prompt rewards at the first and
+    last of the study's marks, and those of evaluation draws 1..draws-1."""
     keys = [*CURVE_KEYS, *(k for k in tracker.metric_keys(run_id) if LEVEL_KEY.fullmatch(k))]
+    start = _arrays(tracker, run_id, f"evaluations/{marks[0]:09d}/per_prompt_rewards.npz")
+    end = _arrays(tracker, run_id, f"evaluations/{marks[-1]:09d}/per_prompt_rewards.npz")
+    other = [_arrays(tracker, run_id, f"evaluations/draws/{d:02d}.npz") for d in range(1, draws)]
     return SeedRun(arm, seed, run_id, {key: _curve(tracker, run_id, key, marks) for key in keys},
-                   _per_prompt(tracker, run_id, marks[0]), _per_prompt(tracker, run_id, marks[-1]))
+                   start["rewards"], end["rewards"], start.get("hard"), other)
+
+
+def read_control(tracker, control, marks: list[int]) -> SeedRun | None:
+    """The newest finished run of ``control`` (``arena.controls.ControlSpec``) at its config hash, if any."""
+    found = [r for r in tracker.find_runs({"arena.study": control.study, "arena.control": control.arm,
+                                           "arena.config_hash": control.config_hash}) if r.status == "FINISHED"]
+    if not found:
+        return None
+    run = read_seed_run(tracker, control.arm, 0, found[0].run_id, [marks[-1]], control.evaluation.draws)
+    run.start_rewards = _arrays(tracker, found[0].run_id, f"evaluations/{marks[0]:09d}/per_prompt_rewards.npz")["rewards"]
+    return run
 
 
 def read_results(tracker, study) -> Results:
@@ -162,9 +196,14 @@ def read_results(tracker, study) -> Results:
     for run in runs:  # arms in the study's order, seeds in its order
         if (run.arm, run.seed) in found.runs:
             run_id = found.runs[(run.arm, run.seed)].run_id
-            arms.setdefault(run.arm, []).append(read_seed_run(tracker, run.arm, run.seed, run_id, marks))
+            arms.setdefault(run.arm, []).append(read_seed_run(tracker, run.arm, run.seed, run_id, marks,
+                                                              study.evaluation.draws))
     levels = sorted({int(LEVEL_KEY.fullmatch(k).group(1)) for seeds in arms.values() for run in seeds
                      for k in run.curves if LEVEL_KEY.fullmatch(k)})
+    from arena.controls import control_specs
+
+    controls = {spec.arm: read_control(tracker, spec, marks) for spec in control_specs(study)}
     return Results(study, np.array(marks, dtype=float), arms,
                    [(run.arm, run.seed) for run in runs if (run.arm, run.seed) not in found.runs], found.stale,
-                   found.parents[0].run_id if found.parents else None, levels, found.predating)
+                   found.parents[0].run_id if found.parents else None, levels, found.predating,
+                   {name: run for name, run in controls.items() if run is not None})

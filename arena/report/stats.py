@@ -1,160 +1,327 @@
-"""The numbers of a study report, over seeds: pure functions of numpy arrays (no MLflow, no drawing).
+"""The numbers of a study: pure functions of numpy arrays (no MLflow, no drawing). docs/reporting.md says each
+in plain words; this is the one definition every table, figure and printed summary uses.
 
-Every interval is a 95% percentile bootstrap over seeds, ``RESAMPLES`` resamples drawn from a generator keyed
-by ``key`` (``arena.rng.numpy_generator``; no global RNG state), so a report is reproducible to the digit:
+A gain g(s, d) is measured for each training seed s on each evaluation draw d (prompts and decoding seeds; every
+run of a study is evaluated on the same draws, common random numbers). The estimate is the mean over seeds and
+draws; its variance has two parts, and the 95% interval counts both:
 
-- a per-arm statistic (a mean over the arm's seeds): the arm's seeds resampled with replacement;
-- a statistic of two arms (probability of improvement): each arm's seeds resampled within that arm
-  (stratified), independently of the other's;
-- a curve: whole seed curves resampled, so that the band at every point uses the same resamples.
+- **seeds**: the variance over seeds of each seed's mean over draws, / S (for a difference of two arms, one such
+  term per arm: the arms' seeds are independent, so the difference is unpaired, Welch's);
+- **evaluation**: the variance the finite evaluation draw adds, which no number of seeds averages away because every
+  seed shares the draw. Estimated per draw by a bootstrap over whole prompts (the same resampled prompts for every
+  run and arm, since they share them, each prompt carrying its k samples at the start and at the end), and divided
+  by D² over the D independent draws.
 
-With fewer than two seeds there is nothing to resample: intervals are ``nan`` (the tables say "n/a").
+    V = Σ_arms s²_arm / S_arm + V_evaluation,   interval = estimate ± t_(0.975, ν) · √V,
+    ν = V² / Σ_arms (s²_arm / S_arm)² / (S_arm - 1)     (Satterthwaite; V_evaluation, from N prompts, as known)
+
+The seed variance measured on one draw also holds the seed x draw interaction, which the bootstrap counts again:
+the interval errs wide by that term / S (a few percent here; tests/test_stats.py measures the coverage). Curves
+(bands over budget) use the seed part only, Student's t, and say so: they are conditional on the evaluation draw.
+Controls (``frozen``, ``sharpen``) have no training seed: their seed part is zero, not unknown.
+
+Verdicts of arms against the reference: a two-sided test of the difference, Holm-adjusted within the study, and,
+when the study declares a margin m, two one-sided tests (TOST) of |difference| < m, Holm-adjusted too:
+"different", "equivalent within ±m", else "inconclusive". A non-significant test is never read as "no difference".
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from arena.rng import name_key, numpy_generator
+from arena.rng import numpy_generator
 
-RESAMPLES = 10_000
-BOOTSTRAP_KEY = 12  # the first integer of every bootstrap key: (BOOTSTRAP_KEY, name_key(arm), name_key(statistic))
 LEVEL = 0.95
+EVALUATION_RESAMPLES = 1000
+EVALUATION_KEY = 12  # the key of the prompt bootstrap: (EVALUATION_KEY, draw), the same resamples for every arm
 
-
-def bootstrap_key(*names: str) -> tuple[int, ...]:
-    """The key of one bootstrap: the arm(s) and the statistic, by name (stable across runs and machines)."""
-    return (BOOTSTRAP_KEY, *(name_key(name) for name in names))
+SEEDS_ONLY = "95% t interval over seeds, given the evaluation draw"
+SEEDS_AND_EVALUATION = "95% interval over seeds and evaluation draws"
 
 
 @dataclass(frozen=True)
-class Estimate:
-    """A mean over seeds with its 95% interval (``nan`` bounds: unavailable, fewer than two seeds)."""
+class Interval:
+    """An estimate with its 95% interval (``nan`` bounds: unavailable) and the two parts of its standard error."""
 
     value: float
     low: float = math.nan
     high: float = math.nan
-    seeds: int = 1
+    seeds: int = 1  # the fewest seeds behind it (0: a control, which has no training seed)
+    seed_se: float = math.nan  # the standard error from training seeds
+    evaluation_se: float = 0.0  # the standard error from the evaluation draw (0: not counted, or none)
+    df: float = math.nan
 
     @property
     def has_interval(self) -> bool:
         return math.isfinite(self.low) and math.isfinite(self.high)
 
-
-def _percentiles(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    tail = 100 * (1 - LEVEL) / 2
-    low, high = np.percentile(samples, [tail, 100 - tail], axis=0)
-    return low, high
+    @property
+    def se(self) -> float:
+        return math.hypot(self.seed_se, self.evaluation_se)
 
 
-def resampled_means(values: np.ndarray, key: tuple[int, ...]) -> np.ndarray:
-    """Means over seeds (axis 0 of ``values``) of ``RESAMPLES`` resamples of the seeds with replacement:
-    shape (RESAMPLES, *values.shape[1:])."""
+def quantile(df: float, level: float = LEVEL) -> float:
+    """The two-sided ``level`` quantile of Student's t with ``df`` degrees of freedom (the normal's at df = inf)."""
+    from scipy import stats
+
+    p = 1 - (1 - level) / 2
+    return float(stats.norm.ppf(p) if math.isinf(df) else stats.t.ppf(p, df))
+
+
+def combine(value: float, seed_parts: list[tuple[float, int]], evaluation_var: float = 0.0,
+            seeds: int | None = None) -> Interval:
+    """The interval of ``value`` from its variance parts: ``seed_parts`` holds, per arm, (s² / S, S), with S = 0
+    for a control (no seed variance); ``evaluation_var`` is V_evaluation. No interval when an arm has one seed."""
+    fewest = min(n for _, n in seed_parts) if seeds is None else seeds
+    if any(n == 1 for _, n in seed_parts) or not math.isfinite(evaluation_var):
+        return Interval(value, seeds=fewest)
+    seed_var = sum(v for v, n in seed_parts if n > 1)
+    denominator = sum(v**2 / (n - 1) for v, n in seed_parts if n > 1)
+    total = seed_var + evaluation_var
+    df = total**2 / denominator if denominator > 0 else math.inf
+    half = quantile(df) * math.sqrt(total)
+    return Interval(value, value - half, value + half, fewest, math.sqrt(seed_var), math.sqrt(evaluation_var), df)
+
+
+def t_interval(values) -> Interval:
+    """The mean over seeds with its Student-t 95% interval, conditional on the evaluation draw (one seed: none)."""
     values = np.asarray(values, dtype=float)
-    index = numpy_generator(*key).integers(0, len(values), size=(RESAMPLES, len(values)))
-    return values[index].mean(axis=1)
+    n = len(values)
+    return combine(float(values.mean()), [(float(values.var(ddof=1)) / n if n > 1 else math.nan, n)])
 
 
-def mean_interval(values, key: tuple[int, ...]) -> Estimate:
-    """The mean over seeds of a per-seed value, with its 95% bootstrap interval (``nan`` with one seed)."""
-    values = np.asarray(values, dtype=float)
-    if len(values) < 2:
-        return Estimate(float(values.mean()), seeds=len(values))
-    low, high = _percentiles(resampled_means(values, key))
-    return Estimate(float(values.mean()), float(low), float(high), len(values))
-
-
-def curve_band(curves, key: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """Mean curve over seeds (rows of ``curves``) and its pointwise 95% band from resampled whole curves;
-    no band (None, None) with one seed."""
+def curve_band(curves) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Mean curve over seeds (rows of ``curves``) and its pointwise Student-t 95% band (seeds only); no band with
+    one seed."""
     curves = np.asarray(curves, dtype=float)
-    if len(curves) < 2:
-        return curves.mean(axis=0), None, None
-    low, high = _percentiles(resampled_means(curves, key))
-    return curves.mean(axis=0), low, high
+    n = len(curves)
+    mean = curves.mean(axis=0)
+    if n < 2:
+        return mean, None, None
+    half = quantile(n - 1) * curves.std(axis=0, ddof=1) / math.sqrt(n)
+    return mean, mean - half, mean + half
 
 
-def probability_of_improvement(x, y) -> float:
-    """P(X > Y) over all (x, y) seed pairs, ties counting half: the Mann-Whitney U of ``x`` over n·m."""
-    x, y = np.asarray(x, dtype=float)[:, None], np.asarray(y, dtype=float)[None, :]
-    return float(np.mean((x > y) + 0.5 * (x == y)))
-
-
-def improvement_interval(x, y, key: tuple[int, ...]) -> Estimate:
-    """``probability_of_improvement(x, y)`` with a stratified 95% bootstrap interval (each arm's seeds
-    resampled within the arm); no interval when either arm has fewer than two seeds."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    value = probability_of_improvement(x, y)
-    if min(len(x), len(y)) < 2:
-        return Estimate(value, seeds=min(len(x), len(y)))
-    generator = numpy_generator(*key)
-    xs = x[generator.integers(0, len(x), size=(RESAMPLES, len(x)))][:, :, None]
-    ys = y[generator.integers(0, len(y), size=(RESAMPLES, len(y)))][:, None, :]
-    low, high = _percentiles(np.mean((xs > ys) + 0.5 * (xs == ys), axis=(1, 2)))
-    return Estimate(value, float(low), float(high), min(len(x), len(y)))
+# ---------------------------------------------------------------------------------------------
+# gains on evaluation draws
 
 
 @dataclass(frozen=True)
-class Significance:
-    """A named test of one arm against the reference arm; ``nan`` when it cannot be computed."""
+class Draw:
+    """One arm's evaluation on one draw: per-prompt rewards of each seed at the start and at the end, (seeds, N),
+    and the hard-subset mask (N,) picked on the start model by an independent decoding."""
 
-    name: str
-    statistic: float
-    p: float
-    detectable: float = math.nan  # the smallest true difference this test detects at 80% power (``detectable_effect``)
-
-
-WELCH = "Welch's t-test"
+    start: np.ndarray
+    end: np.ndarray
+    hard: np.ndarray
 
 
-def evaluation_se(start: np.ndarray, end: np.ndarray, alpha: float, key: tuple[int, ...],
-                  resamples: int = 2000) -> float:
-    """Standard error of one run's tail gain that comes from its evaluation alone: the k samples of each prompt
-    (``start``, ``end``: (prompts, k) rewards) resampled with replacement within the prompt, at both points, at
-    fixed prompts and policy. The seeds' spread says how much training varies; this says how much of a gain a
-    finite evaluation (N prompts x k samples) can show without any change in the policy. Resampling k values
-    shrinks each prompt's variance by (k-1)/k, which is put back; the tail's selection of its lowest prompts
-    still makes it run low, by about 15% at 64 prompts x 8 samples (tests/test_report.py): a lower bound."""
-    from arena.evaluate import lower_cvar
-
-    generator = numpy_generator(*key)
-
-    def resampled_tails(rewards: np.ndarray) -> np.ndarray:
-        n, k = rewards.shape
-        picks = generator.integers(0, k, (resamples, n, k))
-        means = np.take_along_axis(np.broadcast_to(rewards, (resamples, n, k)), picks, axis=2).mean(axis=2)
-        return np.array([lower_cvar(row, alpha) for row in means])
-
-    k = start.shape[1]
-    return float((resampled_tails(end) - resampled_tails(start)).std(ddof=1) * math.sqrt(k / (k - 1)))
+Statistic = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]  # (start, end, hard) -> gain, last axis N
 
 
-def welch_test(x, y) -> Significance:
-    """Welch's t-test of mean(x) = mean(y) (``scipy.stats.ttest_ind(equal_var=False)``), two-sided;
-    ``nan`` with fewer than two seeds on either side or no spread on both."""
+def tail_gain(alpha: float) -> Statistic:
+    """Lower CVaR at ``alpha`` at the end minus at the start (``arena.evaluate.lower_cvar``), along the last axis."""
+    def gain(start, end, hard):
+        count = max(1, math.ceil(alpha * start.shape[-1] - 1e-9))
+        return np.sort(end, axis=-1)[..., :count].mean(-1) - np.sort(start, axis=-1)[..., :count].mean(-1)
+    return gain
+
+
+def mean_gain(start, end, hard):
+    return end.mean(-1) - start.mean(-1)
+
+
+def hard_gain(start, end, hard):
+    """Mean gain over the hard prompts (which travel with their prompts when prompts are resampled)."""
+    return ((end - start) * hard).sum(-1) / hard.sum(-1)
+
+
+def seed_gains(draws: list[Draw], statistic: Statistic) -> np.ndarray:
+    """(seeds, draws) gains."""
+    return np.stack([statistic(d.start, d.end, d.hard) for d in draws], axis=1)
+
+
+def evaluation_variance(terms: list[tuple[float, list[Draw]]], statistic: Statistic,
+                        resamples: int = EVALUATION_RESAMPLES) -> float:
+    """V_evaluation of Σ weight · (mean over seeds of the arm's gain, averaged over draws), for ``terms`` of
+    (weight, the arm's draws): on each draw, whole prompts resampled with replacement, the same for every arm."""
+    count = len(terms[0][1])
+    total = 0.0
+    for d in range(count):
+        n = terms[0][1][d].start.shape[-1]
+        index = numpy_generator(EVALUATION_KEY, d).integers(0, n, (resamples, n))
+        combined = np.zeros(resamples)
+        for weight, draws in terms:
+            draw = draws[d]
+            combined += weight * np.nanmean(statistic(draw.start[:, index], draw.end[:, index], draw.hard[index]), 0)
+        total += float(np.nanvar(combined, ddof=1))
+    return total / count**2
+
+
+def seed_part(gains: np.ndarray, control: bool) -> tuple[float, int]:
+    """(s² / S, S) of the per-seed means over draws; (0, 0) for a control."""
+    if control:
+        return 0.0, 0
+    means = gains.mean(axis=1)
+    return (float(means.var(ddof=1)) / len(means) if len(means) > 1 else math.nan), len(means)
+
+
+def gain_interval(draws: list[Draw], statistic: Statistic, control: bool = False,
+                  resamples: int = EVALUATION_RESAMPLES) -> Interval:
+    """An arm's mean gain over seeds and draws, with the interval that counts both."""
+    gains = seed_gains(draws, statistic)
+    return combine(float(gains.mean()), [seed_part(gains, control)],
+                   evaluation_variance([(1.0, draws)], statistic, resamples))
+
+
+def difference_interval(a: list[Draw], b: list[Draw], statistic: Statistic, a_control: bool = False,
+                        b_control: bool = False) -> Interval:
+    """Arm a's mean gain minus arm b's (unpaired over seeds; both on the same draws), with its interval."""
+    ga, gb = seed_gains(a, statistic), seed_gains(b, statistic)
+    return combine(float(ga.mean() - gb.mean()), [seed_part(ga, a_control), seed_part(gb, b_control)],
+                   evaluation_variance([(1.0, a), (-1.0, b)], statistic))
+
+
+def between_draw_sd(draws: list[Draw], statistic: Statistic) -> float:
+    """The SD over draws of an arm's mean gain, measured directly (nan with one draw): what the bootstrap's
+    evaluation part predicts per draw, sqrt(D) · evaluation SE."""
+    per_draw = seed_gains(draws, statistic).mean(axis=0)
+    return float(per_draw.std(ddof=1)) if len(per_draw) > 1 else math.nan
+
+
+# ---------------------------------------------------------------------------------------------
+# tests, multiplicity, verdicts
+
+
+def p_value(estimate: Interval) -> float:
+    """Two-sided p of 'the true value is 0', from the estimate's standard error and degrees of freedom."""
     from scipy import stats
 
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if min(len(x), len(y)) < 2 or (np.ptp(x) == 0 and np.ptp(y) == 0):
-        return Significance(WELCH, math.nan, math.nan)
-    result = stats.ttest_ind(x, y, equal_var=False)
-    return Significance(WELCH, float(result.statistic), float(result.pvalue), detectable_effect(x, y))
-
-
-def detectable_effect(x, y, power: float = 0.8, level: float = 0.05) -> float:
-    """The smallest true difference of means that Welch's two-sided test at ``level`` detects with probability
-    ``power``, at these seed counts and spreads: (t_(1-level/2, ν) + t_(power, ν)) · sqrt(s_x²/n_x + s_y²/n_y),
-    ν by Welch-Satterthwaite (the usual approximation to the noncentral t; the spreads are the observed ones)."""
-    from scipy import stats
-
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    if vx + vy == 0:
+    if not estimate.has_interval or estimate.se == 0:
         return math.nan
-    nu = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
-    return float((stats.t.ppf(1 - level / 2, nu) + stats.t.ppf(power, nu)) * math.sqrt(vx + vy))
+    t = abs(estimate.value) / estimate.se
+    return float(2 * (stats.norm.sf(t) if math.isinf(estimate.df) else stats.t.sf(t, estimate.df)))
+
+
+def tost_p(estimate: Interval, margin: float) -> float:
+    """Two one-sided tests of -margin < true value < margin: the larger of their p values (small: equivalent)."""
+    from scipy import stats
+
+    if not estimate.has_interval or estimate.se == 0:
+        return math.nan
+    distribution = stats.norm if math.isinf(estimate.df) else stats.t(estimate.df)
+    lower = distribution.sf((estimate.value + margin) / estimate.se)  # H0: value <= -margin
+    upper = distribution.cdf((estimate.value - margin) / estimate.se)  # H0: value >= +margin
+    return float(max(lower, upper))
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjusted p values: sorted ascending, p_(i) · (m - i + 1), running maximum, capped at 1;
+    ``nan`` stays ``nan`` and does not count among the m tests."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, math.nan)
+    finite = np.flatnonzero(np.isfinite(p))
+    order = finite[np.argsort(p[finite], kind="stable")]
+    m, running = len(order), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[index]))
+        out[index] = running
+    return out
+
+
+def adjust(p_values, correction: str) -> np.ndarray:
+    p = np.asarray(p_values, dtype=float)
+    if correction == "holm":
+        return holm(p)
+    if correction == "bonferroni":
+        return np.minimum(1.0, p * np.isfinite(p).sum())
+    return p
+
+
+DIFFERENT, EQUIVALENT, INCONCLUSIVE = "different", "equivalent", "inconclusive"
+
+
+def verdict(p_adjusted: float, tost_adjusted: float, level: float, margin: float | None) -> str:
+    """'different' (adjusted two-sided p < level), else 'equivalent within ±m' (adjusted TOST p < level, when a
+    margin is declared), else 'inconclusive'; 'n/a' when the test cannot be computed."""
+    if not math.isfinite(p_adjusted):
+        return "n/a"
+    if p_adjusted < level:
+        return DIFFERENT
+    if margin is not None and math.isfinite(tost_adjusted) and tost_adjusted < level:
+        return f"{EQUIVALENT} within ±{margin:g}"
+    return INCONCLUSIVE
+
+
+# ---------------------------------------------------------------------------------------------
+# planning (arena report --plan): how many seeds and how large an evaluation
+
+
+def _satterthwaite(parts: list[tuple[float, int]], evaluation_var: float) -> tuple[float, float]:
+    seed_var = sum(v for v, _ in parts)
+    denominator = sum(v**2 / (n - 1) for v, n in parts if n > 1)
+    total = seed_var + evaluation_var
+    return total, (total**2 / denominator if denominator > 0 else math.inf)
+
+
+def power_different(difference: float, se: float, df: float, level: float) -> float:
+    """Probability that the two-sided test at ``level`` finds a true ``difference`` (both tails)."""
+    from scipy import stats
+
+    distribution = stats.norm if math.isinf(df) else stats.t(df)
+    critical = distribution.ppf(1 - level / 2)
+    shift = abs(difference) / se
+    return float(distribution.sf(critical - shift) + distribution.cdf(-critical - shift))
+
+
+def power_equivalent(difference: float, margin: float, se: float, df: float, level: float) -> float:
+    """Probability that TOST at ``level`` declares |true value| < margin when the true value is ``difference``."""
+    from scipy import stats
+
+    distribution = stats.norm if math.isinf(df) else stats.t(df)
+    critical = distribution.ppf(1 - level)
+    upper = (margin - abs(difference)) / se - critical  # the estimate must fall within ±(margin - critical·se)
+    lower = (-margin - abs(difference)) / se + critical
+    return float(max(0.0, distribution.cdf(upper) - distribution.cdf(lower)))
+
+
+def seeds_needed(seed_sds: tuple[float, float], evaluation_var: float, margin: float, level: float,
+                 power: float = 0.8, most: int = 1000) -> tuple[int | None, int | None]:
+    """Seeds per arm for ``power`` to find a true difference of ``margin``, and to declare equivalence within
+    ``margin`` when the true difference is 0; None where no count up to ``most`` does (the evaluation part alone
+    is too large). A control arm has seed SD 0."""
+    found: list[int | None] = [None, None]
+    for n in range(2, most + 1):
+        total, df = _satterthwaite([(sd**2 / n, n) for sd in seed_sds if sd > 0], evaluation_var)
+        se = math.sqrt(total)
+        if found[0] is None and power_different(margin, se, df, level) >= power:
+            found[0] = n
+        if found[1] is None and power_equivalent(0.0, margin, se, df, level) >= power:
+            found[1] = n
+        if None not in found:
+            break
+    return found[0], found[1]
+
+
+def within_prompt_share(start_rewards: np.ndarray, end_rewards: np.ndarray) -> float:
+    """The share of the per-prompt gains' variance that comes from decoding (the k samples), not from which
+    prompts were drawn: mean over prompts of var_j(r_end_ij - r_start_ij) / k, over the variance of the
+    per-prompt gains; the samples are paired by their decoding seed (common random numbers)."""
+    k = start_rewards.shape[1]
+    differences = end_rewards - start_rewards
+    within = float(differences.var(axis=1, ddof=1).mean()) / k if k > 1 else 0.0
+    total = float(differences.mean(axis=1).var(ddof=1))
+    return min(1.0, within / total) if total > 0 else 1.0
+
+
+def evaluation_var_at(evaluation_var: float, prompts: int, samples: int, within: float, to_prompts: int,
+                      to_samples: int) -> float:
+    """V_evaluation rescaled from an evaluation of ``prompts`` x ``samples`` to one of ``to_prompts`` x
+    ``to_samples``: ∝ (between-prompt part + within-prompt part · k0 / k) / N (a planning approximation)."""
+    return evaluation_var * prompts / to_prompts * ((1 - within) + within * samples / to_samples)
 
 
 def area_under_curve(marks, values) -> np.ndarray:
@@ -181,3 +348,4 @@ def speeds_differ(seconds: dict[str, float], tolerance: float = 0.1) -> bool:
     """Whether the arms' training seconds (each arm's mean over seeds) differ by more than ``tolerance``."""
     values = [v for v in seconds.values() if v > 0]
     return len(values) > 1 and max(values) > (1 + tolerance) * min(values)
+

@@ -1,28 +1,46 @@
-"""The tables of a study report (``summary.md``, ``table.tex``), typeset from numbers already computed: one row
-per arm, no generated prose. A missing interval or test reads "n/a (why)", never a made-up number."""
+"""The tables of a study (``summary.md``, ``table.tex``, and the summary ``arena run`` prints), typeset from numbers
+already computed: one row per arm and control, no generated prose. Every cell of an interval is written by
+``estimate_cell``, so the printed summary and ``summary.md`` show the same text for the same number. A missing
+interval or test reads "n/a (why)", never a made-up number."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from arena.report.stats import WELCH, Estimate, Significance
+from arena.report.stats import SEEDS_AND_EVALUATION, SEEDS_ONLY, Interval
+
+
+@dataclass
+class Comparison:
+    """An arm's tail gain against the reference arm's."""
+
+    difference: Interval
+    p: float
+    p_adjusted: float
+    tost: float  # nan without a margin
+    tost_adjusted: float
+    verdict: str
 
 
 @dataclass
 class Row:
-    """One arm of the table; ``improvement`` and ``test`` are None for the reference arm."""
+    """One arm (or control) of the table; ``comparison`` is None for the reference and the controls."""
 
     arm: str
-    seeds: int
-    tail_gain: Estimate
-    seed_sd: float  # standard deviation of the final tail gain over seeds (nan with one seed)
-    evaluation_se: float  # root mean square over seeds of a run's evaluation standard error of it
-    area: Estimate
-    mean_reward: Estimate
+    seeds: int  # 0: a control
+    control: bool
+    tail_gain: Interval
+    over_sharpen: Interval | None  # tail gain minus the sharpening control's (None: no sharpen control, or it)
+    hard_gain: Interval
+    mean_gain: Interval
+    seed_sd: float  # SD over seeds of the final tail gain (each seed's mean over draws); nan: one seed, a control
+    between_draws: float  # SD over evaluation draws of the arm's mean tail gain, measured (nan: one draw)
+    area: Interval | None  # tail-reward AUC, t over seeds (None: a control)
+    mean_reward: Interval  # at the end, t over seeds
     budget: float  # mean over seeds, in the study's unit
     seconds: float  # mean training wall-clock seconds over seeds
-    improvement: Estimate | None
-    test: Significance | None
+    comparison: Comparison | None
+    reference: bool = False
 
 
 @dataclass
@@ -37,38 +55,12 @@ class Setup:
     missing: list[tuple[str, int]]
     stale: int
     predating: dict  # (arm, seed) -> option params its run was logged without (arena.report.records)
-
-
-def headers(setup: Setup) -> list[str]:
-    return ["arm", "seeds", f"final tail gain (α={setup.alpha:g})", "seed SD / evaluation SE",
-            "tail-reward AUC (average over budget)",
-            "mean reward at end", f"budget used ({setup.unit.replace('_', ' ')})", "train time (s)",
-            "P(tail gain > reference)", f"{WELCH} vs reference (tail gain)"]
-
-
-COLUMNS = """\
-Columns: mean over the arm's seeds, and in brackets its 95% percentile bootstrap interval over seeds (10,000
-resamples of the arm's seeds, stratified by arm; a fixed key makes it reproducible); "n/a (1 seed)" where an
-arm has a single seed.
-
-- **final tail gain**: tail reward (lower CVaR at α: the mean of the worst α share of per-prompt rewards) at
-  the last evaluation point minus at the start, same run;
-- **seed SD / evaluation SE**: the final tail gain's standard deviation over the arm's seeds (how much training
-  varies), and the standard error one run's gain has from its evaluation alone (each prompt's k samples
-  resampled within the prompt at the start and at the end, prompts and policy fixed; root mean square over
-  seeds; a bootstrap, which runs about 15% low): a gain of about that size is within what the evaluation
-  itself can show. The start is shared by every run of a study, so differences between arms carry less;
-- **tail-reward AUC (average over budget)**: trapezoid area under the tail-reward curve over the evaluation
-  points, divided by the budget: the tail reward averaged over the run, in reward units;
-- **mean reward at end**: mean per-prompt reward at the last evaluation point;
-- **budget used**, **train time**: mean over seeds at the last point (training wall-clock, evaluation excluded);
-- **P(tail gain > reference)**: the share of (seed of this arm, seed of the reference) pairs in which this arm's
-  final tail gain is higher, ties counting half (the Mann-Whitney U over n·m); its interval resamples both
-  arms' seeds, each within its arm;
-- **Welch's t-test**: two-sided, unequal variances (`scipy.stats.ttest_ind(equal_var=False)`), final tail gain
-  of this arm against the reference arm's; **detectable**: the smallest true difference that test finds with
-  80% power at these seeds and spreads ((t_(0.975, ν) + t_(0.8, ν)) · standard error of the difference): a
-  "no significant difference" rules out effects of about that size, not smaller ones."""
+    draws: int = 1
+    margin: float | None = None
+    correction: str = "holm"
+    level: float = 0.05
+    tail_prompts: int = 0  # prompts in one run's tail
+    tail_union: int = 0  # distinct prompts in the union of every run's tail
 
 
 def _number(value: float, signed: bool) -> str:
@@ -76,55 +68,76 @@ def _number(value: float, signed: bool) -> str:
 
 
 def _why(seeds: int) -> str:
-    return "n/a (no reference run)" if seeds == 0 else f"n/a ({seeds} seed{'s' if seeds != 1 else ''})"
+    return "n/a (no reference run)" if seeds < 0 else f"n/a ({seeds} seed{'s' if seeds != 1 else ''})"
 
 
-def estimate_cell(estimate: Estimate, signed: bool = True, latex: bool = False) -> str:
+def estimate_cell(estimate: Interval | None, signed: bool = True, latex: bool = False) -> str:
+    if estimate is None:
+        return "-"
     value = _number(estimate.value, signed)
     if not estimate.has_interval:
-        return f"{_math(value) if latex else value} [{_why(estimate.seeds)}]"
+        why = "" if estimate.seeds == 0 else f" [{_why(estimate.seeds)}]"  # a control's level has no spread
+        return f"{_math(value) if latex else value}{why}"
     low, high = _number(estimate.low, signed), _number(estimate.high, signed)
     if latex:
         return f"{_math(value)} [{_math(low)}, {_math(high)}]"
     return f"{value} [{low}, {high}]"
 
 
-def improvement_cell(row: Row, latex: bool = False) -> str:
-    if row.improvement is None:
-        return "reference"
-    if row.improvement.seeds < 2:  # one pair of seeds (or none: no reference run) is no estimate
-        return _why(row.improvement.seeds)
-    return estimate_cell(row.improvement, signed=False, latex=latex)
-
-
 def _p(p: float) -> str:
-    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+    return "n/a" if not math.isfinite(p) else "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
-def significance_cell(row: Row, latex: bool = False) -> str:
-    if row.test is None:
+def verdict_cell(row: Row, correction: str) -> str:
+    if row.reference:
         return "reference"
-    if not math.isfinite(row.test.p):
-        fewest = row.improvement.seeds  # the fewer seeds of the two arms
-        return _why(fewest) if fewest < 2 else "n/a (no spread)"
-    text, detectable = f"t = {row.test.statistic:+.2f}, {_p(row.test.p)}", f"{row.test.detectable:.3f}"
-    if latex:
-        return _math(text.replace("p < ", "p<").replace(" = ", "=")) + f", detectable {_math(detectable)}"
-    return f"{text}, detectable {detectable}"
+    if row.comparison is None:
+        return "-"
+    c = row.comparison
+    if not math.isfinite(c.p_adjusted):
+        return _why(c.difference.seeds) if c.difference.seeds < 2 else "n/a (no spread)"
+    adjusted = "" if correction == "none" else f" ({correction})"
+    return f"{c.verdict}, {_p(c.p_adjusted)}{adjusted}"
 
 
-def cells(row: Row, latex: bool = False) -> list[str]:
-    arm = row.arm.replace("_", r"\_") if latex else row.arm
-    spread = f"{'n/a' if math.isnan(row.seed_sd) else f'{row.seed_sd:.3f}'} / {row.evaluation_se:.3f}"
-    return [arm, str(row.seeds), estimate_cell(row.tail_gain, True, latex), spread, estimate_cell(row.area, False, latex),
-            estimate_cell(row.mean_reward, False, latex), f"{row.budget:.0f}", f"{row.seconds:.0f}",
-            improvement_cell(row, latex), significance_cell(row, latex)]
+def parts_cell(row: Row) -> str:
+    """The tail gain's standard error, split: from training seeds / from the evaluation draw."""
+    seed = "0" if row.control else "n/a" if math.isnan(row.tail_gain.seed_se) else f"{row.tail_gain.seed_se:.3f}"
+    return f"{seed} / {row.tail_gain.evaluation_se:.3f}"
+
+
+def headers(setup: Setup) -> list[str]:
+    return ["arm", "seeds", f"tail gain (α={setup.alpha:g})", "over sharpen", "hard gain", "mean-reward gain",
+            "SE: seeds / evaluation", "seed SD / between-draw SD", "vs reference (tail gain)", "verdict",
+            "tail-reward AUC", "mean reward at end", f"budget used ({setup.unit.replace('_', ' ')})",
+            "train time (s)"]
+
+
+def cells(row: Row, setup: Setup, latex: bool = False) -> list[str]:
+    arm = row.arm + (" (control)" if row.control else "")
+    arm = arm.replace("_", r"\_") if latex else arm
+    sd = lambda v: "n/a" if math.isnan(v) else f"{v:.3f}"  # noqa: E731
+    difference = row.comparison.difference if row.comparison else None
+    return [arm, "-" if row.control else str(row.seeds), estimate_cell(row.tail_gain, True, latex),
+            estimate_cell(row.over_sharpen, True, latex), estimate_cell(row.hard_gain, True, latex),
+            estimate_cell(row.mean_gain, True, latex), parts_cell(row), f"{sd(row.seed_sd)} / {sd(row.between_draws)}",
+            estimate_cell(difference, True, latex), verdict_cell(row, setup.correction),
+            estimate_cell(row.area, False, latex), estimate_cell(row.mean_reward, False, latex),
+            "-" if row.control else f"{row.budget:.0f}", "-" if row.control else f"{row.seconds:.0f}"]
 
 
 def setup_lines(setup: Setup) -> list[str]:
+    margin = (f"equivalence margin ±{setup.margin:g} (TOST)" if setup.margin is not None
+              else "no equivalence margin declared (no arm can be found equivalent)")
     lines = [f"- study: `{setup.study}`; reference arm: `{setup.reference}`",
              f"- budget: {setup.amount:g} {setup.unit.replace('_', ' ')} per run; tail at α = {setup.alpha:g}; "
-             f"evaluation: {setup.prompts} held-out prompts x {setup.samples} samples"]
+             f"evaluation: {setup.draws} draw{'s' if setup.draws != 1 else ''} of {setup.prompts} distinct prompts x "
+             f"{setup.samples} samples",
+             f"- verdicts: {margin}; tests at level {setup.level:g}, {setup.correction} over the "
+             "arms compared with the reference"]
+    if setup.tail_prompts:
+        lines.append(f"- the tail is each run's worst {setup.tail_prompts} prompts; over all runs the tails cover "
+                     f"{setup.tail_union} distinct prompts")
     if setup.missing:
         lines.append("- missing (no finished run at the study's configuration): "
                      + ", ".join(f"{arm} seed {seed}" for arm, seed in setup.missing))
@@ -141,13 +154,46 @@ def setup_lines(setup: Setup) -> list[str]:
     return lines
 
 
+COLUMNS = f"""\
+Columns (docs/reporting.md derives each):
+
+- **tail gain**, **hard gain**, **mean-reward gain**: the mean over seeds and evaluation draws of (end minus start)
+  of the tail reward (lower CVaR at α), of the mean reward on the hard prompts (picked on the start model by an
+  independent decoding), and of the mean reward; in brackets the {SEEDS_AND_EVALUATION}: Student t with
+  Satterthwaite's degrees of freedom on a variance that adds the seeds' part (s² / S) and the evaluation's part (a
+  bootstrap over whole prompts, the same prompts for every run). A control has no seed part.
+- **over sharpen**: tail gain minus the sharpening control's (the start model decoded at its best temperature,
+  chosen on training prompts), same interval definition: what training adds over sharpening;
+- **SE: seeds / evaluation**: the two parts of the tail gain's standard error;
+- **seed SD / between-draw SD**: the tail gain's SD over seeds, and its SD over the evaluation draws measured
+  directly (n/a with one draw; the evaluation SE above predicts it as that SD / sqrt(draws));
+- **vs reference**: this arm's tail gain minus the reference arm's (unpaired over seeds, both on the same draws);
+- **verdict**: "different" when the two-sided test of that difference rejects after the correction; "equivalent
+  within ±m" when two one-sided tests put it inside the study's margin after the correction; else "inconclusive".
+  A non-significant difference is never read as no difference;
+- **tail-reward AUC**, **mean reward at end**: the tail reward averaged over the budget, and the mean reward at the
+  last point, with the {SEEDS_ONLY};
+- **budget used**, **train time**: mean over seeds at the last point (training wall-clock, evaluation excluded)."""
+
+
 def markdown(rows: list[Row], setup: Setup) -> str:
     """summary.md: what was compared (facts, no prose), the table, and what each column means."""
     head = headers(setup)
     lines = [f"# {setup.study}: arms at equal budget", "", *setup_lines(setup), "",
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    lines += ["| " + " | ".join(cells(row)) + " |" for row in rows]
+    lines += ["| " + " | ".join(cells(row, setup)) + " |" for row in rows]
     return "\n".join(lines + ["", COLUMNS]) + "\n"
+
+
+def text(rows: list[Row], setup: Setup) -> str:
+    """The summary ``arena run`` prints: the same cells as summary.md, the columns a terminal has room for."""
+    keep = [0, 1, 2, 3, 4, 9, 13]
+    head = [headers(setup)[i] for i in keep]
+    body = [[cells(row, setup)[i] for i in keep] for row in rows]
+    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(keep))]
+    out = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+           for line in [head, *body]]
+    return "\n".join(out + ["", f"intervals: {SEEDS_AND_EVALUATION} (docs/reporting.md); " + setup_lines(setup)[2][2:]])
 
 
 def _math(text: str) -> str:
@@ -156,12 +202,10 @@ def _math(text: str) -> str:
 
 def latex(rows: list[Row], setup: Setup) -> str:
     """table.tex: a booktabs tabular with the same rows (``\\usepackage{booktabs}``)."""
-    head = [h.replace("_", r"\_").replace("α", r"$\alpha$").replace("P(", "$P$(").replace(">", "$>$")
-            for h in headers(setup)]
-    lines = [f"% arena report {setup.study}: mean over seeds [95% percentile bootstrap interval over seeds, "
-             "stratified by arm]; AUC = area under the tail-reward curve / budget.",
+    head = [h.replace("_", r"\_").replace("α", r"$\alpha$").replace("±", r"$\pm$") for h in headers(setup)]
+    lines = [f"% arena report {setup.study}: mean [{SEEDS_AND_EVALUATION}]; AUC and mean reward: {SEEDS_ONLY}.",
              "% needs \\usepackage{booktabs}",
              r"\begin{tabular}{l" + "r" * (len(head) - 1) + "}", r"\toprule",
              " & ".join(head) + r" \\", r"\midrule"]
-    lines += [" & ".join(cells(row, latex=True)) + r" \\" for row in rows]
+    lines += [" & ".join(c.replace("±", r"$\pm$") for c in cells(row, setup, latex=True)) + r" \\" for row in rows]
     return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"]) + "\n"

@@ -1,0 +1,111 @@
+"""Controls: arms that train nothing, each one evaluation, so that a table says what training adds.
+
+    frozen    the start policy. Its gain is zero by construction: every evaluation point decodes the same prompts
+              with the same decoding seeds (common random numbers), so a policy that does not change decodes the
+              same samples. It is the row every "differs from doing nothing" reads against.
+    sharpen   the start weights with the logits divided by a temperature τ, i.e. decoding at τ x the evaluation
+              temperature, τ the best of ``SHARPEN_GRID`` by tail reward on the *training* split's prompts (never
+              the held-out ones): the best one-parameter change of the start policy. On a testbed whose start
+              model's mode is right, much of any optimizer's gain is available this way; "gain over sharpen" is
+              the share that is not.
+
+A control is logged as a child run of the invocation (``arena.control`` tag, seed 0, its own config hash), with the
+evaluation metrics and per-prompt rewards at the study's final mark (its start: the study's cached start), and the
+other evaluation draws as a trained run has them; a finished control is skipped when the study runs again.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from arena.budget import UNITS, evaluation_points
+from arena.evaluate import Evaluator, lower_cvar
+from arena.study import digest, load_task, plain
+
+SHARPEN_GRID = (0.0, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # τ: 0 is greedy, 1 the start policy itself
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    """One control of a study: what its evaluation depends on, and the hash that identifies it."""
+
+    study: str
+    arm: str  # the control's name: frozen | sharpen
+    model: str
+    task: object  # TaskSpec
+    evaluation: object  # EvaluationSpec
+    budget: object  # BudgetSpec: the final mark
+    profile: str = ""
+    seed: int = 0
+
+    @property
+    def config_hash(self) -> str:
+        grid = SHARPEN_GRID if self.arm == "sharpen" else ()
+        return digest({"control": self.arm, "model": self.model, "task": self.task, "evaluation": self.evaluation,
+                       "profile": self.profile, "grid": list(grid)})
+
+    def resolved(self) -> dict:
+        return {"study": self.study, "arm": self.arm, "control": self.arm, "config_hash": self.config_hash,
+                "profile": self.profile, "model": self.model, "task": plain(self.task),
+                "evaluation": plain(self.evaluation), "budget": plain(self.budget),
+                **({"grid": list(SHARPEN_GRID)} if self.arm == "sharpen" else {})}
+
+
+def control_specs(study) -> list[ControlSpec]:
+    return [ControlSpec(study.name, name, study.model, study.task, study.evaluation, study.budget, study.profile)
+            for name in study.controls]
+
+
+def best_temperature(evaluator: Evaluator, policy, alpha: float) -> tuple[float, dict[float, float]]:
+    """τ of ``SHARPEN_GRID`` with the highest tail reward on ``evaluator``'s prompts (a training-split draw), and
+    every τ's tail; ties go to the larger τ, the smaller change."""
+    tails = {tau: lower_cvar(evaluator.decode(policy, temperature=tau * evaluator.spec.temperature).per_prompt, alpha)
+             for tau in SHARPEN_GRID}
+    return max(SHARPEN_GRID, key=lambda tau: (tails[tau], tau)), tails
+
+
+def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workdir: Path, device: str | None = None,
+                     force: bool = False):
+    """Evaluate one control (or skip it, finished before) and log it as a child run of ``parent_id``; its
+    ``arena.runner.Outcome``."""
+    from arena.model import load_policy
+    from arena.runner import Outcome, decide, git_commit, other_draws, start_cache, starting_evaluation
+
+    tags = {"arena.study": control.study, "arena.arm": control.arm, "arena.seed": "0",
+            "arena.config_hash": control.config_hash, "arena.control": control.arm}
+    action, run_id = decide(tracker, tags, Path(workdir) / control.study / "no-checkpoint", force)
+    if action == "skip":
+        return Outcome(control.arm, 0, run_id, "skipped")
+    policy = load_policy(control.model, device=device)
+    task = load_task(control.task)
+    spec = control.evaluation
+    evaluator = Evaluator(task, spec, policy.tokenizer, control.task.source)
+    start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, control))
+    marks = evaluation_points(control.budget.amount, spec.points)
+    first, last = int(round(marks[0])), int(round(marks[-1]))
+    run_id = tracker.start_run(f"{control.arm} (control)", parent_id,
+                               {**tags, "arena.method": "control", "arena.git_commit": git_commit(),
+                                "arena.profile": control.profile or "none"}, control.resolved())
+    try:
+        temperature, rows = None, []
+        if control.arm == "sharpen":
+            training = Evaluator(task, dataclasses.replace(spec, split="train"), policy.tokenizer, control.task.source)
+            tau, tails = best_temperature(training, policy, spec.primary_alpha)
+            temperature = tau * spec.temperature
+            rows += [("control/temperature", tau, last)]
+            rows += [(f"control/train_tail_t{value:g}", tail, last) for value, tail in tails.items()]
+        end = start if temperature is None else evaluator.decode(policy, temperature=temperature)
+        rows += [(f"eval/{key}", value, last) for key, value in evaluator.metrics(end, start, hard).items()]
+        rows += [(f"budget/{unit}", 0.0, last) for unit in UNITS]  # a control trains nothing
+        tracker.log_npz(run_id, {"rewards": start.rewards, "hard": hard}, f"evaluations/{first:09d}/per_prompt_rewards.npz")
+        tracker.log_npz(run_id, {"rewards": end.rewards, "hard": hard}, f"evaluations/{last:09d}/per_prompt_rewards.npz")
+        tracker.log_table(run_id, end.completions, f"evaluations/{last:09d}/completions.json")
+        extra = [Evaluator(task, spec, policy.tokenizer, control.task.source, draw=d) for d in range(1, spec.draws)]
+        rows += other_draws(extra, policy, workdir, control, last, tracker, run_id, temperature, control.arm == "frozen")
+        tracker.log_rows(run_id, rows)
+    except BaseException as error:
+        tracker.finish(run_id, "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
+        raise
+    tracker.finish(run_id, "FINISHED")
+    return Outcome(control.arm, 0, run_id, "finished")
