@@ -27,6 +27,7 @@ when the study declares a margin m, two one-sided tests (TOST) of |difference| <
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -135,8 +136,10 @@ def mean_gain(start, end, hard):
 
 
 def hard_gain(start, end, hard):
-    """Mean gain over the hard prompts (which travel with their prompts when prompts are resampled)."""
-    return ((end - start) * hard).sum(-1) / hard.sum(-1)
+    """Mean gain over the hard prompts (which travel with their prompts when prompts are resampled; a resample
+    without one gives nan, which the variance skips)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ((end - start) * hard).sum(-1) / hard.sum(-1)
 
 
 def seed_gains(draws: list[Draw], statistic: Statistic) -> np.ndarray:
@@ -154,9 +157,11 @@ def evaluation_variance(terms: list[tuple[float, list[Draw]]], statistic: Statis
         n = terms[0][1][d].start.shape[-1]
         index = numpy_generator(EVALUATION_KEY, d).integers(0, n, (resamples, n))
         combined = np.zeros(resamples)
-        for weight, draws in terms:
-            draw = draws[d]
-            combined += weight * np.nanmean(statistic(draw.start[:, index], draw.end[:, index], draw.hard[index]), 0)
+        with warnings.catch_warnings():  # a resample without a hard prompt is nan (hard_gain), and skipped
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for weight, draws in terms:
+                draw = draws[d]
+                combined += weight * np.nanmean(statistic(draw.start[:, index], draw.end[:, index], draw.hard[index]), 0)
         total += float(np.nanvar(combined, ddof=1))
     return total / count**2
 
