@@ -81,6 +81,7 @@ from arena.model.layout import block_causal_mask  # noqa: E402
 from arena.model.policy import MASK_TOKEN, Policy, qwen2_config, save_checkpoint  # noqa: E402
 from arena.model.sampler import PrefixCache, SamplerConfig, generate  # noqa: E402
 from arena.model.tiny import build_tokenizer, init_weights  # noqa: E402
+from arena.profiles import PROFILES  # noqa: E402
 from benchmarks.sampler_and_scoring import per_block_scores  # noqa: E402
 from methods.base import make_method  # noqa: E402
 from methods.likelihood import ScoringBatch, estimate, sequence_logprob  # noqa: E402
@@ -172,9 +173,9 @@ class Check:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    def timed(self, fn, repeats: int):
-        """Median seconds of ``fn()`` over ``repeats`` runs after one warm-up, and its last result."""
-        result, seconds = fn(), []
+    def timed(self, fn, repeats: int, warmup: bool = True):
+        """Median seconds of ``fn()`` over ``repeats`` runs (after one warm-up run), and its last result."""
+        result, seconds = fn() if warmup else None, []
         for _ in range(repeats):
             self.sync()
             began = time.perf_counter()
@@ -410,7 +411,8 @@ def peak_row(check: Check, big: Big):
 def generation_row(check: Check, big: Big, batch: int, threshold: float):
     prompts = random_prompts(big, batch, big.scale.prompt)
     config = SamplerConfig(max_new_tokens=big.scale.new_tokens, threshold=threshold)
-    seconds, out = check.timed(lambda: generate(big.policy, prompts, config, seed=0), 1)
+    # one warm-up per batch size (the threshold-1.0 row's): a 7B generation at batch 64 takes seconds
+    seconds, out = check.timed(lambda: generate(big.policy, prompts, config, seed=0), 1, warmup=threshold == 1.0)
     tokens = sum(map(len, out.tokens))
     forwards = max(max(s) for s in out.steps)
     per_forward = tokens / batch / forwards
@@ -496,7 +498,7 @@ def packed_row(check: Check, big: Big, backward: bool):
 
 
 def elbo_row(check: Check, big: Big, draws: int):
-    batch = scoring_batch(big, big.scale.score_batch, big.scale.elbo_length)
+    batch = scoring_batch(big, 1, big.scale.elbo_length)  # one sequence: K = 4 packs 1 + 16 views of it
     big.policy.model.requires_grad_(True)
 
     def run():
@@ -509,8 +511,7 @@ def elbo_row(check: Check, big: Big, draws: int):
     with check.peak(box):
         seconds, est = check.timed(run, big.scale.repeats)
     big.policy.model.requires_grad_(False)
-    n = batch.ids.shape[0]
-    return (f"{1e3 * seconds / n:.1f} ms/sequence fwd+bwd", f"{est.forward_tokens // n} forward tokens/sequence",
+    return (f"{1e3 * seconds:.1f} ms/sequence fwd+bwd", f"{est.forward_tokens} forward tokens/sequence",
             "measured", f"K={draws}, sub-block {SUB_BLOCK} (views: K x {BLOCK // SUB_BLOCK}); T={big.scale.elbo_length}; "
             f"peak {gib(box['gib'])}")
 
@@ -583,7 +584,8 @@ def perturb_row(check: Check, big: Big, noise: str):
 
 
 def method_row(check: Check, big: Big, name: str, trainable: str):
-    """One step end to end (rollouts, scoring, update) with the 7B profile's settings, shorter rollouts."""
+    """One step end to end (rollouts, scoring, update) with the 7B profile's settings (arena/profiles.py: β 0.04,
+    LoRA r 128, threshold 0.9, ...), shorter rollouts, a population of 2 and a group of ``scale.group``."""
     scale, policy = big.scale, big.policy
     params = sum(p.numel() for p in policy.model.parameters())
     total = torch.cuda.get_device_properties(0).total_memory if check.device.startswith("cuda") else None
@@ -597,15 +599,13 @@ def method_row(check: Check, big: Big, name: str, trainable: str):
             expected = 3 * check.facts["es_full_perturb"]  # two members and the update regenerate the noise
             if expected > check.left() / 2:
                 return ("not run", f"~{expected:.0f} s estimated (perturb row)", "skipped", "would exceed the budget")
-    lora = {"trainable": trainable, "lora_rank": scale.lora_rank, "lora_alpha": 64.0} if trainable == "lora" \
-        else {"trainable": "full"}
+    options = {**PROFILES["fast-dllm-v2-7b"]["methods"][name], "trainable": trainable, "lora_rank": scale.lora_rank,
+               "max_new_tokens": scale.new_tokens}
     if name == "block_grpo":
-        options = {**lora, "estimator": "elbo", "draws": 2, "group_size": scale.group, "micro_batch": scale.group,
-                   "max_new_tokens": scale.new_tokens, "temperature": 0.9, "threshold": 0.9, "lr": 3e-6}
+        options |= {"estimator": "elbo", "draws": 2, "group_size": scale.group, "micro_batch": scale.group}
         prompts_n = scale.grpo_prompts
     else:
-        options = {**lora, "population": 2, "prompts_per_member": scale.es_prompts, "max_new_tokens": scale.new_tokens,
-                   "shaping": "zscore"}
+        options |= {"population": 2, "prompts_per_member": scale.es_prompts}
         prompts_n = scale.es_prompts
     prompts = random_prompts(big, prompts_n, scale.prompt, seed=2)
     box = {}
@@ -724,7 +724,7 @@ def build_row(check: Check, small: bool):
     began = time.perf_counter()
     big = check.facts["big"] = build_model(check, small)
     params = sum(p.numel() for p in big.policy.model.parameters())
-    return f"{params / 1e9:.3f} B parameters", "" if small else "7.616 B (the 7B config)", "measured", \
+    return f"{params:,} parameters", "" if small else "7,615,616,512 (the 7B config)", "measured", \
         f"{time.perf_counter() - began:.1f} s on {check.device}, {next(big.policy.model.parameters()).dtype}"
 
 

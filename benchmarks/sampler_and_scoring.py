@@ -65,9 +65,9 @@ def per_block_scores(policy, batch: ScoringBatch) -> tuple[torch.Tensor, int]:
     """
     B = policy.block_size
     n, T = batch.ids.shape
-    positions = torch.arange(T)
+    positions = torch.arange(T, device=batch.ids.device)
     maskable = batch.completion & (positions % B != 0)
-    out, tokens = torch.zeros(n, T // B), 0
+    out, tokens = torch.zeros(n, T // B, device=batch.ids.device), 0
     for k in range(int(batch.prompt_lengths.min()) // B, T // B):
         end = (k + 1) * B
         noisy = torch.where(maskable[:, :end] & (positions[:end] >= k * B), policy.mask_id, batch.ids[:, :end])
