@@ -163,11 +163,24 @@ class Check:
             try:
                 row.value, row.reference, row.status, row.note = fn(self, *args)
             except Exception as error:  # a failed row reports and the check goes on
-                row.status, row.note = "error", f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+                first_line = (str(error).splitlines() or [""])[0]
+                row.status, row.note = "error", f"{type(error).__name__}: {first_line[:300]}"
             finally:
+                self.reset_model()
                 release(self.device)
         print(format_row(row), flush=True)
         return row
+
+    def reset_model(self) -> None:
+        """The measured model as the next row expects it, whatever this one did or where it failed: no LoRA
+        layers (peft's ``unload``), no gradients, frozen."""
+        big = self.facts.get("big")
+        if big is None or big.policy.model is None:
+            return
+        if hasattr(big.policy.model, "unload"):
+            big.policy.model = big.policy.model.unload()
+        big.policy.model.zero_grad(set_to_none=True)
+        big.policy.model.requires_grad_(False)
 
     def sync(self) -> None:
         if self.device.startswith("cuda"):
@@ -234,7 +247,8 @@ def agreement(reference: list[list[int]], other: list[list[int]]) -> tuple[float
     for a, b in zip(reference, other):
         total += len(a)
         matched += sum(x == y for x, y in zip(a, b))
-        differ = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+        ended = None if len(a) == len(b) else min(len(a), len(b))  # a shorter completion diverges where it ends
+        differ = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), ended)
         if differ is not None:
             first = differ if first is None else min(first, differ)
     identical = sum(a == b for a, b in zip(reference, other)) / len(reference)
@@ -357,13 +371,15 @@ class Big:
 
     def kv_bytes_per_token(self) -> int:
         f = self.fields
-        return f["num_hidden_layers"] * 2 * f["num_key_value_heads"] * (f["hidden_size"] // f["num_attention_heads"]) * 2
+        head = f["hidden_size"] // f["num_attention_heads"]
+        return f["num_hidden_layers"] * 2 * f["num_key_value_heads"] * head * 2  # K and V, bf16
 
     def step_floor(self, batch: int, prefix: int, check: Check) -> tuple[float, float]:
         """(memory floor, compute floor) of one 32-token denoising forward + its logits, in seconds."""
         weights = 2 * (self.linear_params + self.head_params)  # bf16; embeddings read 32 rows only
         kv = batch * (prefix + BLOCK) * self.kv_bytes_per_token()
-        flops = batch * (2.0 * (self.linear_params + self.head_params) * BLOCK + self.attention_flops(BLOCK, prefix + BLOCK))
+        matmuls = 2.0 * (self.linear_params + self.head_params) * BLOCK  # the sampler takes all 32 logits
+        flops = batch * (matmuls + self.attention_flops(BLOCK, prefix + BLOCK))
         return (weights + kv) / check.facts["bandwidth"], flops / check.facts["peak"]
 
 
@@ -445,8 +461,9 @@ def denoise_row(check: Check, big: Big, batch: int):
         seconds, _ = check.timed(step, max(big.scale.repeats, 5))
     memory, compute = big.step_floor(batch, prefix, check)
     ms = 1e3 * seconds
-    status = ("met" if ms <= TARGET_STEP_MS[batch] else "missed") if batch in TARGET_STEP_MS and not check.facts.get("small") \
-        else "measured"
+    status = "measured"
+    if batch in TARGET_STEP_MS and not check.facts.get("small"):
+        status = "met" if ms <= TARGET_STEP_MS[batch] else "missed"
     anchor = f"; anchor {ANCHOR_STEP_MS[batch]} ms" if batch in ANCHOR_STEP_MS else ""
     return (f"{ms:.2f} ms", f"floor {1e3 * max(memory, compute):.2f} ms (memory {1e3 * memory:.2f}, compute "
             f"{1e3 * compute:.2f}){anchor}", status,
@@ -467,7 +484,8 @@ def packed_flops(big: Big, est, batch: ScoringBatch) -> float:
     total = est.forward_tokens // n
     first = batch.completion & (torch.arange(T, device=batch.ids.device) % BLOCK == 0)
     scored = int(est.masks.sum()) + int(first.sum())
-    return 2.0 * big.linear_params * est.forward_tokens + n * big.attention_flops(total, total) + 2.0 * big.head_params * scored
+    return (2.0 * big.linear_params * est.forward_tokens + n * big.attention_flops(total, total)
+            + 2.0 * big.head_params * scored)
 
 
 def packed_row(check: Check, big: Big, backward: bool):
@@ -486,7 +504,6 @@ def packed_row(check: Check, big: Big, backward: bool):
     box = {}
     with check.peak(box):
         seconds, est = check.timed(run, big.scale.repeats)
-    big.policy.model.requires_grad_(False)
     flops = packed_flops(big, est, batch) * (3 if backward else 1)
     mfu = flops / seconds / check.facts["peak"]
     status = ("met" if mfu >= TARGET_MFU else "missed") if backward and not check.facts.get("small") else "measured"
@@ -510,10 +527,9 @@ def elbo_row(check: Check, big: Big, draws: int):
     box = {}
     with check.peak(box):
         seconds, est = check.timed(run, big.scale.repeats)
-    big.policy.model.requires_grad_(False)
     return (f"{1e3 * seconds:.1f} ms/sequence fwd+bwd", f"{est.forward_tokens} forward tokens/sequence",
-            "measured", f"K={draws}, sub-block {SUB_BLOCK} (views: K x {BLOCK // SUB_BLOCK}); T={big.scale.elbo_length}; "
-            f"peak {gib(box['gib'])}")
+            "measured", f"K={draws}, sub-block {SUB_BLOCK} (views: K x {BLOCK // SUB_BLOCK}); "
+            f"T={big.scale.elbo_length}; peak {gib(box['gib'])}")
 
 
 def trajectory_row(check: Check, big: Big):
@@ -537,15 +553,12 @@ def trajectory_row(check: Check, big: Big):
     if one["gib"] is not None:
         free = torch.cuda.mem_get_info()[0] / 2**30 + torch.cuda.memory_allocated() / 2**30
         weights = sum(p.numel() * p.element_size() for p in big.policy.model.parameters()) / 2**30
-        needed = weights * 2 + (one["gib"] - 2 * weights) * rows  # weights and their gradients, then per-row activations
+        needed = weights * 2 + (one["gib"] - 2 * weights) * rows  # weights and gradients, then activations per row
         if needed > 0.9 * free:
-            big.policy.model.requires_grad_(False)
             return (f"fwd+bwd B={rows}: ~{needed:.0f} GiB (extrapolated)", f"{free:.0f} GiB on the device",
                     "measured", note + f"; B={rows} fwd+bwd not attempted (does not fit: micro-batch it)")
     with check.peak(full):
         sequence_logprob(estimate("trajectory", big.policy, batch, (0, 0, 0))).sum().backward()
-    big.policy.model.zero_grad(set_to_none=True)
-    big.policy.model.requires_grad_(False)
     return f"fwd+bwd B={rows}: {gib(full['gib'])}", "", "measured", note
 
 
@@ -553,34 +566,31 @@ def perturb_row(check: Check, big: Big, noise: str):
     """ES perturb+restore of one member (full-parameter ES); full noise extrapolated from layer 0 when the
     whole would not fit a quarter of the budget left (its noise is drawn on the CPU, per DESIGN §6)."""
     method = make_method("es", big.policy, {"noise": noise, "population": 2}, seed=0)
-    try:
-        def member(params):
-            whole, method.params = method.params, params  # time a subset: perturbed() walks method.params
-            try:
-                began = time.perf_counter()
-                with method.perturbed(0, 0):
-                    check.sync()
-                check.sync()
-                return time.perf_counter() - began
-            finally:
-                method.params = whole
 
-        count = sum(p.numel() for _, p in method.params)
-        probe = [(n, p) for n, p in method.params if ".layers.0." in n]
-        note = f"{count:,} parameters"
-        if noise == "full" and probe:
-            probe_s = member(probe)
-            estimate_s = probe_s * count / sum(p.numel() for _, p in probe)
-            check.facts["es_full_perturb"] = estimate_s
-            if estimate_s > check.left() / 4:
-                return (f"~{estimate_s:.1f} s per member (extrapolated)", "", "measured",
-                        note + f"; layer 0 alone {probe_s:.2f} s, scaled by parameter count; the whole was not timed")
-        seconds = member(method.params)
-        check.facts[f"es_{noise}_perturb"] = seconds
-        return f"{seconds:.3f} s per member", "", "measured", note + "; noise drawn on the CPU, keyed"
-    finally:
-        del method
-        big.policy.model.requires_grad_(False)
+    def member(params):
+        whole, method.params = method.params, params  # time a subset: perturbed() walks method.params
+        try:
+            began = time.perf_counter()
+            with method.perturbed(0, 0):
+                check.sync()
+            check.sync()
+            return time.perf_counter() - began
+        finally:
+            method.params = whole
+
+    count = sum(p.numel() for _, p in method.params)
+    probe = [(n, p) for n, p in method.params if ".layers.0." in n]
+    note = f"{count:,} parameters"
+    if noise == "full" and probe:
+        probe_s = member(probe)
+        estimate_s = probe_s * count / sum(p.numel() for _, p in probe)
+        check.facts["es_full_perturb"] = estimate_s
+        if estimate_s > check.left() / 4:
+            return (f"~{estimate_s:.1f} s per member (extrapolated)", "", "measured",
+                    note + f"; layer 0 alone {probe_s:.2f} s, scaled by parameter count; the whole was not timed")
+    seconds = member(method.params)
+    check.facts[f"es_{noise}_perturb"] = seconds
+    return f"{seconds:.3f} s per member", "", "measured", note + "; noise drawn on the CPU, keyed"
 
 
 def method_row(check: Check, big: Big, name: str, trainable: str):
@@ -590,8 +600,8 @@ def method_row(check: Check, big: Big, name: str, trainable: str):
     params = sum(p.numel() for p in policy.model.parameters())
     total = torch.cuda.get_device_properties(0).total_memory if check.device.startswith("cuda") else None
     if trainable == "full":
-        # bf16 weights + bf16 grads + fp32 masters (+ fp32 grads and two AdamW moments for GRPO)
-        needed = params * (2 + 2 + 4 + 4 + 8) if name == "block_grpo" else params * (2 + 4)
+        # bf16 weights + fp32 masters; GRPO: + bf16 and fp32 gradients, two AdamW moments, the frozen reference
+        needed = params * (2 + 2 + 4 + 4 + 8 + 2) if name == "block_grpo" else params * (2 + 4)
         if total is not None and needed > 0.95 * total:
             return ("does not fit", f"needs >= {needed / 2**30:.0f} GiB before activations", "skipped",
                     f"device has {total / 2**30:.0f} GiB: shard with FSDP (docs/distributed.md)")
@@ -616,12 +626,10 @@ def method_row(check: Check, big: Big, name: str, trainable: str):
         result = method.step(prompts, lambda i, text: float(text.count("7")), step=0)
         check.sync()
         seconds = time.perf_counter() - began
-    del method
-    if hasattr(policy.model, "unload"):  # LoRA: take peft's layers out again for the rows that follow
-        policy.model = policy.model.unload()
-    policy.model.requires_grad_(False)
+    del method  # Check.row takes the LoRA layers out again
     stats = result.stats
-    note = f"{result.consumption.samples} samples of {scale.new_tokens} tokens; forward tokens {result.consumption.forward_tokens:,}"
+    used = result.consumption
+    note = f"{used.samples} samples of {scale.new_tokens} tokens; forward tokens {used.forward_tokens:,}"
     status = "measured"
     if name == "es":
         share = stats["perturb_seconds"] / stats["member_seconds"]
@@ -750,8 +758,8 @@ def run_check(device: str, small: bool, budget: float, workdir: Path) -> Check:
     rows += [("packed scoring forward", packed_row, False), ("packed scoring forward+backward", packed_row, True)]
     rows += [(f"elbo K={k} per sequence", elbo_row, k) for k in (1, 2, 4)]
     rows += [(f"trajectory memory B={scale.trajectory_batch}", trajectory_row)]
-    rows += [("es perturb+restore, full noise", perturb_row, "full"), ("es perturb+restore, low-rank noise", perturb_row,
-                                                                      "lowrank")]
+    rows += [("es perturb+restore, full noise", perturb_row, "full"),
+             ("es perturb+restore, low-rank noise", perturb_row, "lowrank")]
     rows += [(f"{m} step, {t}", method_row, m, t) for m in ("block_grpo", "es") for t in ("lora", "full")]
     rows += [("es overhead share", es_share_row), ("save checkpoint (real format)", save_row, workdir / "checkpoint")]
     for name, fn, *args in rows:
@@ -776,12 +784,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write gpu_check.json and gpu_check.md here")
     parser.add_argument("--workdir", type=Path, default=None, help="checkpoint and runner files (default: a temp dir)")
     args = parser.parse_args()
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
+    cuda = args.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: no CUDA device visible (use --device cpu --small)")
-    if not args.small and not args.device.startswith("cuda"):
+    if not args.small and not cuda:
         parser.error("the 7B config needs a GPU: add --small for the CPU mode")
-    hardware = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else platform.processor() or "cpu"
-    header = (f"benchmarks/gpu.py {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {hardware}; torch "
+    hardware = torch.cuda.get_device_name(args.device) if cuda else platform.processor() or "cpu"
+    now = datetime.datetime.now(datetime.timezone.utc)
+    header = (f"benchmarks/gpu.py {now:%Y-%m-%d %H:%M} UTC on {hardware}; torch "
               f"{torch.__version__}, {torch.get_num_threads()} threads; {'small' if args.small else '7B'} config; "
               f"budget {args.budget_seconds:.0f} s")
     print(header)
@@ -796,8 +806,8 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         meta = {"header": header, "elapsed_seconds": elapsed, "device": args.device, "small": args.small,
                 "hardware": hardware, "torch": torch.__version__, "python": platform.python_version()}
-        (args.out / "gpu_check.json").write_text(json.dumps({**meta, "rows": [dataclasses.asdict(r) for r in check.rows]},
-                                                            indent=1))
+        rows = [dataclasses.asdict(r) for r in check.rows]
+        (args.out / "gpu_check.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
         (args.out / "gpu_check.md").write_text(f"{header}; {elapsed:.0f} s\n\n{markdown(check.rows)}")
 
 

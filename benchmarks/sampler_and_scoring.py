@@ -82,8 +82,8 @@ def per_block_scores(policy, batch: ScoringBatch) -> tuple[torch.Tensor, int]:
 
 
 def scoring_table(policy, batch: int, lengths: list[int], repeats: int, prompt: int = 16) -> None:
-    print(f"\npacked vs per-block scoring (the masked estimator, forward only), batch {batch}, prompt {prompt} tokens, "
-          f"block {policy.block_size}; ratio = per-block / packed time")
+    print(f"\npacked vs per-block scoring (the masked estimator over whole blocks, forward only), batch {batch}, "
+          f"prompt {prompt} tokens, block {policy.block_size}; ratio = per-block / packed time")
     print(f"{'length':>7} {'blocks':>7} {'packed ms':>10} {'per-block ms':>13} {'ratio':>7} "
           f"{'packed tok':>11} {'per-block tok':>14} {'max |diff|':>11}")
     for length in lengths:
