@@ -11,16 +11,17 @@ against uncached generation; the packed scorer against one dense forward per blo
 step in fp32 on the CPU (gradient / update cosine). Each row states its pass criterion.
 
 Part 2, measurements, on a random model built on the device in bf16 with the exact 7B config
-(shared/research/fast_dllm_v2.md; ``--small``: a tiny config with the 7B's block 32 / sub-block 8):
-a bf16 matmul peak and a copy bandwidth measured in this run (the floors divide by them); generation
-tokens/s at batch 1 and 64, threshold 1.0 and 0.9; one denoising step (32-token block, cached prefix)
-in ms against shared/research/gpu_anchors.md and the issue's targets; packed scoring forward and
-forward+backward tokens/s and MFU; the ELBO's cost per sequence for K = 1, 2, 4; the trajectory
-estimator's peak memory at B = 32; ES perturb+restore per member, full and low-rank noise; one
+(shared/research/fast_dllm_v2.md; ``--small``: a tiny config with the 7B's block 32 / sub-block 8), in
+this order (the rows with targets first, so that a short budget still measures them): a bf16 matmul peak
+and a copy bandwidth measured in this run (the floors divide by them); one denoising step (32-token block,
+cached prefix) in ms against shared/research/gpu_anchors.md and the issue's targets; generation tokens/s
+at batch 1 and 64, threshold 1.0 and 0.9; packed scoring forward and forward+backward tokens/s and MFU;
+the random checkpoint saved in the real on-disk format and one ``arena run`` of a 2-step study on it with
+``--profile fast-dllm-v2-7b --model DIR``, through the whole runner, with an MLflow file store on local
+disk (a subprocess with its own copy of the model); the ELBO's cost per sequence for K = 1, 2, 4; the
+trajectory estimator's peak memory at B = 32; ES perturb+restore per member, full and low-rank noise; one
 block_grpo and one ES step end to end with peak memory, LoRA and full fine-tuning (when the estimated
-memory fits and the estimated time fits the budget); and one ``arena run`` of a 2-step study with
-``--profile fast-dllm-v2-7b --model DIR`` on the random checkpoint saved in the real on-disk format,
-through the whole runner, with an MLflow file store on local disk.
+memory fits and the estimated time fits the budget); ES's overhead share of a member's evaluation.
 
 Random weights give near-uniform predictions: no proposal reaches a 0.9 confidence, so threshold 0.9
 decodes one token per step as 1.0 does (real weights decode ~2.6 per step on GSM8K, the paper says);
@@ -488,14 +489,14 @@ def packed_flops(big: Big, est, batch: ScoringBatch) -> float:
             + 2.0 * big.head_params * scored)
 
 
-def packed_row(check: Check, big: Big, backward: bool):
-    """The ``masked`` estimator with sub-block = block: the anchors' [clean | noisy] layout, 2T tokens."""
-    batch = scoring_batch(big, big.scale.score_batch, big.scale.score_length, sub_block=BLOCK)
-    big.policy.model.requires_grad_(backward)  # full fine-tuning's backward: weight gradients too
+def timed_estimate(check: Check, big: Big, batch: ScoringBatch, backward: bool, name: str, **options):
+    """(median seconds, the estimate, peak GiB) of estimator ``name`` on ``batch``; with ``backward``, the
+    full-parameter backward of its sequence log-probabilities (full fine-tuning's: weight gradients too)."""
+    big.policy.model.requires_grad_(backward)
 
     def run():
         with torch.set_grad_enabled(backward):
-            est = estimate("masked", big.policy, batch, (0, 0, 0))
+            est = estimate(name, big.policy, batch, (0, 0, 0), **options)
             if backward:
                 sequence_logprob(est).sum().backward()
                 big.policy.model.zero_grad(set_to_none=True)
@@ -504,6 +505,13 @@ def packed_row(check: Check, big: Big, backward: bool):
     box = {}
     with check.peak(box):
         seconds, est = check.timed(run, big.scale.repeats)
+    return seconds, est, box["gib"]
+
+
+def packed_row(check: Check, big: Big, backward: bool):
+    """The ``masked`` estimator with sub-block = block: the anchors' [clean | noisy] layout, 2T tokens."""
+    batch = scoring_batch(big, big.scale.score_batch, big.scale.score_length, sub_block=BLOCK)
+    seconds, est, peak = timed_estimate(check, big, batch, backward, "masked")
     flops = packed_flops(big, est, batch) * (3 if backward else 1)
     mfu = flops / seconds / check.facts["peak"]
     status = ("met" if mfu >= TARGET_MFU else "missed") if backward and not check.facts.get("small") else "measured"
@@ -511,25 +519,15 @@ def packed_row(check: Check, big: Big, backward: bool):
             f"anchor {'11,398 tok/s, MFU 0.63' if backward else '34,910 tok/s, MFU 0.69'}" +
             (f"; target MFU >= {TARGET_MFU}" if backward else ""), status,
             f"B={big.scale.score_batch}, T={big.scale.score_length}, {est.forward_tokens} packed tokens; "
-            f"{1e3 * seconds:.0f} ms; peak {gib(box['gib'])}")
+            f"{1e3 * seconds:.0f} ms; peak {gib(peak)}")
 
 
 def elbo_row(check: Check, big: Big, draws: int):
     batch = scoring_batch(big, 1, big.scale.elbo_length)  # one sequence: K = 4 packs 1 + 16 views of it
-    big.policy.model.requires_grad_(True)
-
-    def run():
-        est = estimate("elbo", big.policy, batch, (0, 0, 0), draws=draws, form="count")
-        sequence_logprob(est).sum().backward()
-        big.policy.model.zero_grad(set_to_none=True)
-        return est
-
-    box = {}
-    with check.peak(box):
-        seconds, est = check.timed(run, big.scale.repeats)
+    seconds, est, peak = timed_estimate(check, big, batch, True, "elbo", draws=draws, form="count")
     return (f"{1e3 * seconds:.1f} ms/sequence fwd+bwd", f"{est.forward_tokens} forward tokens/sequence",
             "measured", f"K={draws}, sub-block {SUB_BLOCK} (views: K x {BLOCK // SUB_BLOCK}); "
-            f"T={big.scale.elbo_length}; peak {gib(box['gib'])}")
+            f"T={big.scale.elbo_length}; peak {gib(peak)}")
 
 
 def trajectory_row(check: Check, big: Big):
@@ -706,7 +704,7 @@ def arena_run_row(check: Check, group: int, workdir: Path):
         command += ["--devices", check.device if ":" in check.device else "cuda:0"]
     began = time.perf_counter()
     env = {**os.environ, "MLFLOW_ALLOW_FILE_STORE": "true"}  # MLflow 3.x refuses file stores unless told
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=max(check.left(), 30))
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=max(30, min(check.left(), 240)))
     seconds = time.perf_counter() - began
     tail = " / ".join((done.stdout + done.stderr).strip().splitlines()[-3:])[-400:]
     logged = {}  # what the file store holds of the child run: train steps, profile, model
@@ -747,32 +745,35 @@ def run_check(device: str, small: bool, budget: float, workdir: Path) -> Check:
     check.row("correctness", "packed scorer vs per-block dense", scorer_check, 1e-3)
     check.row("correctness", "block_grpo step bf16 vs cpu fp32", grpo_check, 0.9)
     check.row("correctness", "es step bf16 vs cpu fp32", es_check, 0.9)
-    # Part 2, in the order the rows feed each other (peak -> floors; generation -> trajectory; perturb -> ES full)
+    # Part 2. Rows feed each other (peak -> floors; generation -> trajectory; perturb -> ES full); the target
+    # rows come first, then the runner (its subprocess loads a second copy: 2 x 15 GB fits), then the rest.
     part, scale = "measure", SCALE_SMALL if small else SCALE_7B
     check.row(part, "build the random model", build_row, small)
     big = check.facts.get("big")
     low, high = scale.gen_batches
     rows = [("matmul peak and copy bandwidth", peak_row)]
-    rows += [(f"generate batch {b}, threshold {t}", generation_row, b, t) for b in (low, high) for t in (1.0, 0.9)]
     rows += [(f"denoising step batch {b}", denoise_row, b) for b in (low, high)]
+    rows += [(f"generate batch {b}, threshold {t}", generation_row, b, t) for b in (low, high) for t in (1.0, 0.9)]
     rows += [("packed scoring forward", packed_row, False), ("packed scoring forward+backward", packed_row, True)]
-    rows += [(f"elbo K={k} per sequence", elbo_row, k) for k in (1, 2, 4)]
+    rows += [("save checkpoint (real format)", save_row, workdir / "checkpoint")]
+
+    def measure(rows):
+        for name, fn, *args in rows:
+            if big is None:
+                check.rows.append(Row(part, name, status="skipped", note="no model (see the build row)"))
+            else:
+                check.row(part, name, fn, big, *args)
+
+    measure(rows)
+    check.row("runner", "arena run, 2-step study", arena_run_row, scale.group, workdir)
+    rows = [(f"elbo K={k} per sequence", elbo_row, k) for k in (1, 2, 4)]
     rows += [(f"trajectory memory B={scale.trajectory_batch}", trajectory_row)]
     rows += [("es perturb+restore, full noise", perturb_row, "full"),
              ("es perturb+restore, low-rank noise", perturb_row, "lowrank")]
     rows += [(f"{m} step, {t}", method_row, m, t) for m in ("block_grpo", "es") for t in ("lora", "full")]
-    rows += [("es overhead share", es_share_row), ("save checkpoint (real format)", save_row, workdir / "checkpoint")]
-    for name, fn, *args in rows:
-        if big is None:
-            check.rows.append(Row(part, name, status="skipped", note="no model"))
-        else:
-            check.row(part, name, fn, big, *args)
+    rows += [("es overhead share", es_share_row)]
+    measure(rows)
     check.row("correctness", "import chain", import_chain_row)
-    if big is not None:
-        big.policy.model = None  # the arena run subprocess loads its own copy from the checkpoint
-        check.facts.pop("big")
-        release(device)
-    check.row("runner", "arena run, 2-step study", arena_run_row, scale.group, workdir)
     return check
 
 
