@@ -37,17 +37,22 @@ H200 image has neither (nor network). To carry MLflow there (device README: whee
 ignored by git, named in ``carry``; 64 MiB a call in all), download here, in the repo root:
 
     echo /.whl/ >> .git/info/exclude
-    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \\
-      -d .whl mlflow-skinny==3.17.2 mlflow-tracing==3.17.2 annotated-types cachetools cffi cryptography \\
-      databricks-sdk fastapi gitdb gitpython google-auth importlib-metadata opentelemetry-api \\
-      opentelemetry-proto opentelemetry-sdk opentelemetry-semantic-conventions pyasn1 pyasn1-modules \\
-      pycparser pydantic pydantic-core python-dotenv smmap sqlparse starlette typing-inspection uvicorn
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+      mlflow-skinny==3.17.2 mlflow-tracing==3.17.2 annotated-types==0.7.0 cachetools==7.3.3 cffi==2.0.0 \
+      cryptography==48.0.0 databricks-sdk==0.162.0 fastapi==0.165.0 gitdb==4.0.12 gitpython==3.2.1 \
+      google-auth==2.63.0 importlib-metadata==9.1.0 opentelemetry-api==1.45.2 opentelemetry-proto==1.45.2 \
+      opentelemetry-sdk==1.45.2 opentelemetry-semantic-conventions==0.66b2 pyasn1==0.6.3 pyasn1-modules==0.4.2 \
+      pycparser==3.0 pydantic==2.13.4 pydantic-core==2.46.4 python-dotenv==1.2.2 smmap==5.0.3 sqlparse==0.6.1 \
+      starlette==1.10.0 typing-inspection==0.4.2 uvicorn==0.54.0
 
-(mlflow-skinny's requirements that the device image lacks, as read from its metadata on 2026-12-01;
-a file store needs no database packages) and start the device command with
+These 27 wheels (16 MB) are mlflow-skinny, mlflow-tracing and those of their requirements that the device
+image lacks (its package list in /work/.library/device/KINDS.md), pinned to the versions installed here:
+unpinned, pip takes a cachetools that mlflow-skinny refuses. On 2026-12-01 pip's resolver for Python 3.12
+found every other requirement among the image's packages (by name; their versions were not checked). A
+file store needs no database packages. Start the device command with
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \\
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
       && export PYTHONPATH=/tmp/site:$PYTHONPATH;
 
 Without them the ``arena run`` row says "mlflow not installed" and the rest runs.
@@ -228,7 +233,7 @@ def format_row(row: Row) -> str:
 
 def markdown(rows: list[Row]) -> str:
     lines = ["| " + " | ".join(c for c, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(str(getattr(r, c)).replace("|", "/") for c, _ in COLUMNS) + " |" for r in rows]
+    lines += ["| " + " | ".join(str(getattr(r, c)).replace("|", "\\|") for c, _ in COLUMNS) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
