@@ -88,6 +88,7 @@ from arena.model.policy import MASK_TOKEN, Policy, qwen2_config, save_checkpoint
 from arena.model.sampler import PrefixCache, SamplerConfig, generate  # noqa: E402
 from arena.model.tiny import build_tokenizer, init_weights  # noqa: E402
 from arena.profiles import PROFILES  # noqa: E402
+from arena.rng import torch_generator  # noqa: E402
 from benchmarks.sampler_and_scoring import per_block_scores  # noqa: E402
 from methods.base import make_method  # noqa: E402
 from methods.likelihood import ScoringBatch, estimate, sequence_logprob  # noqa: E402
@@ -418,7 +419,7 @@ def random_prompts(big: Big, n: int, length: int, seed: int = 0) -> list[list[in
 def peak_row(check: Check, big: Big):
     n = big.scale.matmul
     dtype = torch.bfloat16 if check.device.startswith("cuda") else torch.float32
-    a = torch.randn(n, n, device=check.device, dtype=dtype)
+    a = torch.randn(n, n, device=check.device, dtype=dtype, generator=torch_generator(0, device=check.device))
     seconds, _ = check.timed(lambda: a @ a, 10)
     check.facts["peak"] = 2 * n**3 / seconds
     buffer = torch.empty(big.scale.copy_bytes // 2, dtype=torch.bfloat16, device=check.device)
