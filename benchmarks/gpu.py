@@ -399,8 +399,9 @@ def build_model(check: Check, small: bool) -> Big:
     from transformers import Qwen2ForCausalLM
 
     dtype = torch.bfloat16 if check.device.startswith("cuda") else torch.float32
-    with torch.device(check.device):
-        model = Qwen2ForCausalLM._from_config(qwen2_config(fields), dtype=dtype, attn_implementation="sdpa").eval()
+    with torch.device(check.device):  # built in place: a 7B model in fp32 on the host would take 30 GB first
+        model = Qwen2ForCausalLM._from_config(qwen2_config(fields), dtype=dtype, attn_implementation="sdpa")
+    model = model.to(check.device).eval()  # a no-op unless the device context was not honoured
     init_weights(model, seed=0)
     model.requires_grad_(False)
     policy = Policy(model=model, tokenizer=tokenizer, mask_id=tokenizer.convert_tokens_to_ids(MASK_TOKEN),
