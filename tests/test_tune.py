@@ -149,7 +149,12 @@ def test_a_killed_sweep_resumes_without_repeating_finished_trials(in_tmp, capsys
             finished = any(t.state == TrialState.COMPLETE for ts in trials(in_tmp).values() for t in ts)
         except (KeyError, FileNotFoundError, ValueError):  # the journal or a study does not exist yet
             continue
-        for checkpoint in (in_tmp / ".arena" / "tune" / "tune").glob("*/trial*/**/checkpoint.pt") if finished else ():
+        runs = in_tmp / ".arena" / "tune" / "tune"
+        try:
+            checkpoints = list(runs.glob("*/trial*/**/checkpoint.pt") if finished else ())
+        except FileNotFoundError:  # a finished trial's folder went away while the glob walked it
+            continue
+        for checkpoint in checkpoints:
             with contextlib.suppress(OSError, RuntimeError, EOFError):  # deleted as its trial ended
                 ready = ready or torch.load(checkpoint, weights_only=False)["runner"]["point"] >= 2
     assert process.poll() is None and ready, "the sweep ended before it could be killed"

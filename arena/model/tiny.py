@@ -86,8 +86,11 @@ def build_tokenizer():
 
 
 def init_weights(model, seed: int) -> None:
-    """Keyed initialisation (no global RNG): normal(0, 0.02) matrices, zero biases, unit norms."""
-    generator = torch_generator(seed, 0)
+    """Keyed initialisation (no global RNG): normal(0, 0.02) matrices, zero biases, unit norms.
+
+    The generator lives on the model's device (a 7B-shaped model is built on the GPU; on the CPU the
+    stream is the one the shipped checkpoint was trained from)."""
+    generator = torch_generator(seed, 0, device=next(model.parameters()).device)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
             if name.endswith("bias"):
