@@ -24,7 +24,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
       points: 5                 # evaluation points including the start (>= 2), equally spaced in budget
       seed: 0                   # keys the held-out prompts and every evaluation decoding seed
     budget:
-      unit: samples             # samples | tokens | forward_tokens | seconds
+      unit: samples             # samples | tokens | forward_tokens | flops | seconds (arena.budget.UNITS)
       amount: 2048              # > 0, per run
     seeds: [0, 1, 2]            # distinct non-negative integers; an integer n means [0, ..., n-1]
     tracking:
@@ -69,6 +69,7 @@ from typing import Literal
 
 import yaml
 
+from arena.budget import MAX_MARK, UNITS
 from arena.config import Checked, ConfigError, Problem, build, join, type_problem, unknown_key
 from arena.profiles import apply_profile
 
@@ -145,12 +146,14 @@ class EvaluationSpec(Section):
 
 @dataclass(frozen=True)
 class BudgetSpec(Section):
-    unit: Literal["samples", "tokens", "forward_tokens", "seconds"] = "samples"
+    unit: Literal[UNITS] = "samples"  # arena.budget.UNITS
     amount: float = 2048
 
     def problems(self):
         if not (self.amount > 0 and math.isfinite(self.amount)):
             yield "amount", f"must be a finite number > 0, got {self.amount!r}"
+        elif self.amount >= MAX_MARK:  # the budget marks are MLflow steps, int64
+            yield "amount", f"must be below 2**62 ({MAX_MARK:.3g}) {self.unit}, got {self.amount!r}"
 
 
 @dataclass(frozen=True)
