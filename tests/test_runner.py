@@ -253,3 +253,13 @@ def test_the_plan_keeps_its_columns_under_a_long_arm_name(in_tmp, capsys):
     assert table[0].startswith("arm ") and table[-1].startswith("evolution_strategies_low_rank ")
     hash_starts = {re.search(r" ([0-9a-f]{12}) ", line).start(1) for line in table[1:]}
     assert hash_starts == {table[0].index("config")}, table  # every row's config hash under its header
+
+
+def test_the_plan_counts_every_es_decode_per_step(in_tmp, capsys):
+    """ES's samples per step: members x prompts per member (at most the batch) x samples per member."""
+    es = {"method": "es", "options": {"population": 4, "prompts_per_member": 3, "samples_per_member": 2,
+                                      "temperature": 1.0, "max_new_tokens": 8}}
+    study = {**STUDY, "budget": {"unit": "samples", "amount": 48}, "arms": {"es": es}}
+    assert main(["run", str(write(in_tmp, study)), "--dry-run"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("es ")]
+    assert rows and all(row[4:6] == ["24", "2"] for row in rows), rows  # 4 x 3 x 2 samples, 2 steps to 48
