@@ -8,7 +8,7 @@ together), token-``flops`` (forward and backward passes, ``token_flops``), or tr
 first at 0: a run evaluates after the first step that reaches each mark, and logs what it had actually
 used there.
 
-Token-FLOPs (docs/studies.md, "The flops unit"). A token through a weight matrix of n entries costs 2n
+Token-FLOPs (docs/studies.md, "The `flops` unit"). A token through a weight matrix of n entries costs 2n
 FLOPs forward (a multiply and an add per entry). Backward costs 2n for the gradient with respect to
 the activations, which every weight between the loss and the first trained parameter passes on,
 frozen or not, plus 2n for the gradient with respect to the weight, only where the weight trains. So

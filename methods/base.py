@@ -114,8 +114,8 @@ class Method(Protocol):
 class Trainable:
     """Which parameters a method trains: ``full`` every one; ``lora`` adapters through peft (Hu et al. 2021);
     ``subset`` the parameters whose names one of ``names`` (regular expressions, ``re.search``) matches, the
-    rest frozen: ``[norm]`` the RMSNorm weights, ``['layers\\.(2|3)\\.']`` the last two of four layers, as
-    the peers train subsets (BitFit, Zaken et al. 2022; last-layer tuning; es_llm.md for ES)."""
+    rest frozen: ``[norm]`` the RMSNorm weights, ``['layers\\.(2|3)\\.']`` the last two of four layers,
+    ``[bias]`` the biases (BitFit, Zaken et al. 2022)."""
 
     mode: Literal["full", "lora", "subset"] = "full"
     lora_rank: int = 8
