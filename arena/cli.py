@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from arena import __version__
+from arena.budget import UNITS
 
 DESCRIPTION = ("arena: compare RL optimizers of block-diffusion language models on the same rewards, prompts "
                "and compute budget.")
@@ -417,7 +418,7 @@ def add_report(commands) -> None:
         "arena report studies/es_vs_blockgrpo.yaml --x seconds", cmd_report)
     _add_study(parser)
     _add_tracking(parser)
-    parser.add_argument("--x", choices=("samples", "tokens", "forward_tokens", "seconds"), default=None,
+    parser.add_argument("--x", choices=UNITS, default=None,
                         help="the budget axis of the curves (default: the study's budget unit)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="folder for the report files (default: reports/<study name>)")

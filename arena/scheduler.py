@@ -261,7 +261,8 @@ def samples_per_step(run) -> int | None:
     config = run.config()
     prompts = run.train.prompts_per_step
     if hasattr(config, "population"):
-        return config.population * min(config.prompts_per_member or prompts, prompts)
+        samples = getattr(config, "samples_per_member", 1)  # decodes per prompt and member
+        return config.population * min(config.prompts_per_member or prompts, prompts) * samples
     if hasattr(config, "group_size"):
         return config.group_size * prompts
     return None

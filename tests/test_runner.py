@@ -277,3 +277,13 @@ def test_the_printed_summary_and_summary_md_show_the_same_numbers(in_tmp, capsys
         assert "[" in tail  # intervals, not bare numbers: two seeds and two draws
     assert "grpo" in printed and ("different" in printed or "inconclusive" in printed or "equivalent" in printed)
     assert "2 draws of 12 distinct prompts" in summary
+
+
+def test_the_plan_counts_every_es_decode_per_step(in_tmp, capsys):
+    """ES's samples per step: members x prompts per member (at most the batch) x samples per member."""
+    es = {"method": "es", "options": {"population": 4, "prompts_per_member": 3, "samples_per_member": 2,
+                                      "temperature": 1.0, "max_new_tokens": 8}}
+    study = {**STUDY, "budget": {"unit": "samples", "amount": 48}, "arms": {"es": es}}
+    assert main(["run", str(write(in_tmp, study)), "--dry-run"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("es ")]
+    assert rows and all(row[4:6] == ["24", "2"] for row in rows), rows  # 4 x 3 x 2 samples, 2 steps to 48
