@@ -237,15 +237,19 @@ def cmd_tune(args) -> None:
 def cmd_ui(args) -> None:
     import os
 
-    from arena.tracking import resolve_uri
+    from arena.tracking import missing_store, resolve_uri, ui_url
 
-    study_uri = _study(args).tracking.uri if args.study else None
-    uri = resolve_uri(args.tracking_uri, study_uri)
+    study = _study(args) if args.study else None
+    uri = resolve_uri(args.tracking_uri, study.tracking.uri if study else None)
     if not uri.startswith("sqlite:") and not uri.startswith("file:") and "://" in uri:
         raise UserError(f"{uri} is a tracking server: open it in a browser")
-    print(f"MLflow UI on http://127.0.0.1:{args.port} for {uri} (Ctrl-C stops it)")
+    experiment = study.tracking.experiment if study and not missing_store(uri) else None
+    url = ui_url(f"http://127.0.0.1:{args.port}", uri, experiment)
+    print(f"MLflow UI for {uri} (Ctrl-C stops it): open {url}", flush=True)
+    # a viewer: without MLflow's job runner (GenAI scorers, trace rollups), whose processes slow the start
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     os.execvp(sys.executable, [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--port",
-                               str(args.port), "--host", "127.0.0.1"])
+                               str(args.port), "--host", "127.0.0.1", "--workers", "1"])  # one user: one worker starts fastest
 
 
 # ---------------------------------------------------------------------------------------------
