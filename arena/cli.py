@@ -290,7 +290,11 @@ def add_sample(commands) -> None:
         commands, "sample", "print completions of a prompt",
         "Complete a prompt with the block-diffusion sampler and print the completions, numbered.\n"
         "The prompt goes through the checkpoint's chat template unless --raw; the same --seed\n"
-        "gives the same completions.",
+        "gives the same completions.\n\n"
+        "Against the reference Fast-dLLM v2 generate: at --temperature > 0 arena samples the first\n"
+        "(autoregressive) token of every block at that temperature, where the reference always takes\n"
+        "its argmax; and --top-p defaults to 1.0 (no truncation), the reference's top_p to 0.95. At\n"
+        "temperature 0 both take the argmax everywhere.",
         "arena sample --prompt '12+7=' --n 4 --temperature 1 --seed 3", cmd_sample)
     _add_model(parser)
     parser.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt to complete (required)")
@@ -299,10 +303,11 @@ def add_sample(commands) -> None:
     parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S",
                         help="keys the sampling randomness (default: %(default)s)")
     parser.add_argument("--temperature", type=non_negative_float, default=0.0, metavar="T",
-                        help="sampling temperature; 0 takes the most likely token (default: %(default)s)")
+                        help="sampling temperature, for every token including each block's first (the reference "
+                             "takes that one's argmax); 0 takes the most likely token (default: %(default)s)")
     parser.add_argument("--top-p", type=probability, default=1.0, metavar="P",
                         help="nucleus sampling: keep the most likely tokens up to this probability mass, in (0, 1] "
-                             "(default: %(default)s, no truncation)")
+                             "(default: %(default)s, no truncation; the reference's default is 0.95)")
     parser.add_argument("--threshold", type=probability, default=1.0, metavar="C",
                         help="confidence threshold in (0, 1]: each step unmasks every token drawn with a higher "
                              "probability, and at least one (default: %(default)s, one token a step)")
