@@ -40,6 +40,7 @@ NOTE = "mlflow.note.content"  # the experiment's description (Markdown), shown a
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # opens the runs, not the GenAI overview
 SHARED_VIEW = "mlflow.sharedViewState."  # + key: a JSON UI state that the URL's ?viewStateShareKey=key loads
 VIEW_KEY = "arena"
+EXPERIMENT_TAG_LIMIT = 5000  # MLflow 3.x accepts 20000 characters per experiment tag, older servers 5000
 RETRY_SECONDS = 60.0
 _LOCKED = ("database is locked", "database table is locked")
 # what opening a SQLite file can meet while a process outside arena (without _init_lock) migrates it
@@ -215,6 +216,8 @@ class Tracker:
                  "useGroupedValuesInCharts": True, "hideEmptyCharts": True, "compareRunSections": folds,
                  "isAccordionReordered": True,  # the sections in this order, not sorted by name
                  "compareRunCharts": charts}
+        if len(description) > EXPERIMENT_TAG_LIMIT:
+            description = description[:EXPERIMENT_TAG_LIMIT - len(TRUNCATED)] + TRUNCATED
         for key, value in ((NOTE, description), EXPERIMENT_KIND, (SHARED_VIEW + VIEW_KEY, json.dumps(state))):
             _retry(self.client.set_experiment_tag, self.experiment_id, key, value)
 
