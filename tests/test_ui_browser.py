@@ -122,3 +122,13 @@ def test_arena_ui_opens_on_the_arms_tail_reward_curves(tmp_path, monkeypatch):
     assert "Group by: arena.arm" in body and QUESTION in body  # the view and the study's question
     assert "No data available" not in body  # not the GenAI overview
     assert screenshot.stat().st_size > 10_000
+
+
+def test_without_chromium_the_browser_test_skips_but_fails_under_ci(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no chromium executable on PATH"):
+        browser()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI is set"):
+        browser()
