@@ -431,7 +431,8 @@ def add_report(commands) -> None:
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="folder for the report files (default: reports/<study name>)")
     parser.add_argument("--plan", action="store_true",
-                        help="print the seeds per arm and evaluation prompts each comparison needs (power planning)")
+                        help="print the seeds per arm and evaluation prompts each comparison needs (power planning) "
+                             "instead of writing the report (default: write the report)")
     parser.add_argument("--margin", type=positive_float, default=None,
                         help="with --plan: the margin to decide at (default: the study's analysis.margin)")
     parser.add_argument("--share", type=share, default=0.25,
