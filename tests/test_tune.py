@@ -4,6 +4,7 @@ resumes without repeating finished trials; the trial protocol (surplus, stale) h
 tune file's mistakes are all reported at once with their lines."""
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -74,6 +75,9 @@ def test_a_sweep_gives_every_arm_n_trials_as_nested_runs_and_writes_a_snippet_th
     out = capsys.readouterr().out
     assert "arena tune tune: 2 arms x 3 trials, objective tail_auc, evaluation train split seed 1" in out
     assert "best tail_auc" in out and "wrote reports/tune/best.yaml" in out
+    assert "\r" not in out and "\x1b" not in out  # capsys is no terminal: plain lines, no redrawn bars
+    assert len(re.findall(r"^\S+ seed \d+: start at 0/\d+ samples$", out, re.M)) == 6  # one per trial
+    assert len(re.findall(r"^\S+ seed \d+: finished at (\d+)/\1 samples after \d+ s$", out, re.M)) == 6
 
     found = trials(in_tmp)
     assert states(found) == {arm: ["COMPLETE"] * 3 for arm in ARMS}
