@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from arena import __version__
+from arena.budget import UNITS
 
 DESCRIPTION = ("arena: compare RL optimizers of block-diffusion language models on the same rewards, prompts "
                "and compute budget.")
@@ -237,15 +238,19 @@ def cmd_tune(args) -> None:
 def cmd_ui(args) -> None:
     import os
 
-    from arena.tracking import resolve_uri
+    from arena.tracking import missing_store, resolve_uri, ui_url
 
-    study_uri = _study(args).tracking.uri if args.study else None
-    uri = resolve_uri(args.tracking_uri, study_uri)
+    study = _study(args) if args.study else None
+    uri = resolve_uri(args.tracking_uri, study.tracking.uri if study else None)
     if not uri.startswith("sqlite:") and not uri.startswith("file:") and "://" in uri:
         raise UserError(f"{uri} is a tracking server: open it in a browser")
-    print(f"MLflow UI on http://127.0.0.1:{args.port} for {uri} (Ctrl-C stops it)")
+    experiment = study.tracking.experiment if study and not missing_store(uri) else None
+    url = ui_url(f"http://127.0.0.1:{args.port}", uri, experiment)
+    print(f"MLflow UI for {uri} (Ctrl-C stops it): open {url}", flush=True)
+    # a viewer: without MLflow's job runner (GenAI scorers, trace rollups), whose processes slow the start
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     os.execvp(sys.executable, [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--port",
-                               str(args.port), "--host", "127.0.0.1"])
+                               str(args.port), "--host", "127.0.0.1", "--workers", "1"])  # one user: one worker starts fastest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,7 +291,11 @@ def add_sample(commands) -> None:
         commands, "sample", "print completions of a prompt",
         "Complete a prompt with the block-diffusion sampler and print the completions, numbered.\n"
         "The prompt goes through the checkpoint's chat template unless --raw; the same --seed\n"
-        "gives the same completions.",
+        "gives the same completions.\n\n"
+        "Against the reference Fast-dLLM v2 generate: at --temperature > 0 arena samples the first\n"
+        "(autoregressive) token of every block at that temperature, where the reference always takes\n"
+        "its argmax; and --top-p defaults to 1.0 (no truncation), the reference's top_p to 0.95. At\n"
+        "temperature 0 both take the argmax everywhere.",
         "arena sample --prompt '12+7=' --n 4 --temperature 1 --seed 3", cmd_sample)
     _add_model(parser)
     parser.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt to complete (required)")
@@ -295,10 +304,11 @@ def add_sample(commands) -> None:
     parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S",
                         help="keys the sampling randomness (default: %(default)s)")
     parser.add_argument("--temperature", type=non_negative_float, default=0.0, metavar="T",
-                        help="sampling temperature; 0 takes the most likely token (default: %(default)s)")
+                        help="sampling temperature, for every token including each block's first (the reference "
+                             "takes that one's argmax); 0 takes the most likely token (default: %(default)s)")
     parser.add_argument("--top-p", type=probability, default=1.0, metavar="P",
                         help="nucleus sampling: keep the most likely tokens up to this probability mass, in (0, 1] "
-                             "(default: %(default)s, no truncation)")
+                             "(default: %(default)s, no truncation; the reference's default is 0.95)")
     parser.add_argument("--threshold", type=probability, default=1.0, metavar="C",
                         help="confidence threshold in (0, 1]: each step unmasks every token drawn with a higher "
                              "probability, and at least one (default: %(default)s, one token a step)")
@@ -417,13 +427,13 @@ def add_report(commands) -> None:
         "arena report studies/es_vs_blockgrpo.yaml --x seconds", cmd_report)
     _add_study(parser)
     _add_tracking(parser)
-    parser.add_argument("--x", choices=("samples", "tokens", "forward_tokens", "seconds"), default=None,
+    parser.add_argument("--x", choices=UNITS, default=None,
                         help="the budget axis of the curves (default: the study's budget unit)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="folder for the report files (default: reports/<study name>)")
     parser.add_argument("--plan", action="store_true",
-                        help="print the seeds per arm and evaluation prompts each comparison needs, instead of the report "
-                             "(default: off: the report)")
+                        help="print the seeds per arm and evaluation prompts each comparison needs (power planning) "
+                             "instead of writing the report (default: write the report)")
     parser.add_argument("--margin", type=positive_float, default=None,
                         help="with --plan: the margin to decide at (default: the study's analysis.margin)")
     parser.add_argument("--share", type=share, default=0.25,

@@ -31,10 +31,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from arena.budget import Consumption, Meter, evaluation_points
 from arena.evaluate import Evaluation, Evaluator, checked_reward
+from arena.progress import Progress
 from arena.rng import seed_of
 from arena.study import digest, load_task, method_class
 from methods import fsdp
@@ -289,12 +289,12 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
 
     unit, amount = run.budget.unit, run.budget.amount
     points = evaluation_points(amount, run.evaluation.points)
-    bar = tqdm(total=amount, initial=min(state.meter.amount(unit), amount),
-               desc=f"{run.arm} seed {run.seed}", unit=unit.replace("_", " "), position=position, leave=True,
-               disable=not progress, dynamic_ncols=True,
-               # a seconds budget counts fractions: show them rounded, not as 20.72675919399262/23
-               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}{postfix}]"
-               if unit == "seconds" else None)
+    bar = Progress(f"{run.arm} seed {run.seed}", amount, unit.replace("_", " "), state.meter.amount(unit),
+                   position, progress,
+                   # a seconds budget counts fractions: show them rounded, not as 20.72675919399262/23
+                   bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}{postfix}]"
+                   if unit == "seconds" else None)
+    outcome = "stopped"  # until the loop says how
     pending: list[tuple[str, float, int]] = []
     shown = {"tail": "-", "step_s": "-"}  # the bar's postfix: the latest tail reward and step time
     sample: list[dict] = []
@@ -320,7 +320,8 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                 tracker.log_rows(run_id, pending)
                 pending = []
                 shown["tail"] = f"{metrics['tail_reward']:.3f}"
-                bar.set_postfix(shown, refresh=False)
+                bar.update(state.meter.amount(unit), **shown)
+                bar.line(f"evaluated at {mark}/{amount:g} {bar.unit}, {bar.seconds:.0f} s, tail {shown['tail']}")
                 if on_evaluation is not None:
                     on_evaluation(mark, metrics)
                 continue
@@ -339,14 +340,16 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
             state.step += 1
             mark = int(round(state.meter.amount(unit)))
             pending += [(f"train/{k}", float(v), mark) for k, v in result.stats.items()]
-            bar.update(min(state.meter.amount(unit), amount) - min(before, amount))
             shown["step_s"] = f"{seconds:.1f}"
-            bar.set_postfix(shown, refresh=False)
+            bar.update(state.meter.amount(unit), **shown)
+        outcome = "finished"
     except BaseException as error:
         tracker.finish(run_id, "KILLED" if isinstance(error, (KeyboardInterrupt, Stop)) else "FAILED")
+        outcome = ("stopped early" if isinstance(error, Stop) else "interrupted" if isinstance(error, KeyboardInterrupt)
+                   else f"failed ({type(error).__name__})")
         raise
     finally:
-        bar.close()
+        bar.close(outcome)
     tracker.finish(run_id, "FINISHED")
     return Outcome(run.arm, run.seed, run_id, "finished")
 

@@ -248,6 +248,68 @@ def summary_table(study, tracker) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# what the MLflow UI shows first (arena ui): the arms' curves on the parent run, the question and the summary
+
+ARM_CURVES = ("eval/tail_reward", "eval/tail_gain", "eval/mean_reward")
+
+
+def arm_curve_rows(study, tracker) -> list[tuple[str, float, int]]:
+    """(key, value, mark) rows of every arm's aggregate curves over its finished seeds (the report's rule, all
+    runs of the study), at the study's evaluation marks: ``arms/<arm>/<name>`` is the mean over seeds of
+    ``eval/<name>``, and ``..._low`` / ``..._high`` the bounds of its 95% interval (``t_interval``, the
+    report's definition for curves; left out with one seed)."""
+    from arena.report.records import finished_runs, marks_of
+    from arena.report.stats import t_interval
+
+    runs = study.runs()
+    found = finished_runs(tracker, runs).runs
+    rows = []
+    for arm in study.arms:
+        run_ids = [found[(run.arm, run.seed)].run_id for run in runs if run.arm == arm and (run.arm, run.seed) in found]
+        for key in ARM_CURVES:
+            histories = [dict(tracker.history(run_id, key)) for run_id in run_ids]
+            name = f"arms/{arm}/{key.removeprefix('eval/')}"
+            for mark in marks_of(study):
+                values = [history[mark] for history in histories if mark in history]
+                if not values:
+                    continue
+                estimate = t_interval(values)
+                rows.append((name, estimate.value, mark))
+                if estimate.has_interval:
+                    rows += [(f"{name}_low", estimate.low, mark), (f"{name}_high", estimate.high, mark)]
+    return rows
+
+
+def study_description(study, table: str) -> str:
+    """The experiment's description (Markdown): the study file's leading comment lines (its question), the
+    commands, and the latest summary table."""
+    lines = []
+    if study.source_path and Path(study.source_path).is_file():
+        for line in Path(study.source_path).read_text().splitlines():
+            if not line.startswith("#"):
+                break
+            lines.append(line.removeprefix("#").removeprefix(" "))
+    source = study.source_path or f"{study.name}.yaml"
+    return "\n".join([*lines, "", f"Run: `arena run {source}`; report: `arena report {source}`.", "",
+                      f"Latest summary ({time.strftime('%Y-%m-%d %H:%M:%S')}):", "", "```text", table, "```"])
+
+
+def show_comparison(study, tracker, parent_id: str, table: str) -> None:
+    """Log the arms' aggregate curves to the parent run and set the experiment's first view: its description,
+    the child runs grouped by arm with the tail reward first, then the parent's per-arm means and intervals."""
+    tracker.log_rows(parent_id, arm_curve_rows(study, tracker))
+    alpha = f"{study.evaluation.primary_alpha:g}"
+    arms = list(study.arms)
+    tracker.set_first_view(study_description(study, table), "arena.arm", {
+        f"tail reward (α={alpha}) by arm: child runs grouped by arena.arm": [["eval/tail_reward"], ["eval/tail_gain"]],
+        "each arm's mean and 95% interval over seeds (parent run)":
+            [[f"arms/{arm}/tail_reward" for arm in arms],
+             *([f"arms/{arm}/tail_reward", f"arms/{arm}/tail_reward_low", f"arms/{arm}/tail_reward_high"]
+               for arm in arms)],
+    })
+
+
+# ---------------------------------------------------------------------------------------------
 # the plan (arena run --dry-run) and a whole study
 
 
@@ -261,7 +323,8 @@ def samples_per_step(run) -> int | None:
     config = run.config()
     prompts = run.train.prompts_per_step
     if hasattr(config, "population"):
-        return config.population * min(config.prompts_per_member or prompts, prompts)
+        samples = getattr(config, "samples_per_member", 1)  # decodes per prompt and member
+        return config.population * min(config.prompts_per_member or prompts, prompts) * samples
     if hasattr(config, "group_size"):
         return config.group_size * prompts
     return None
@@ -328,7 +391,9 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
     done = {status: sum(o.status == status for o in outcomes) for status in ("finished", "skipped", "failed")}
     print(f"\n{done['finished']} runs finished, {done['skipped']} already finished (skipped), {done['failed']} failed, "
           f"in {time.time() - started:.0f} s\n")
-    print(summary_table(study, tracker))
+    table = summary_table(study, tracker)
+    print(table)
+    show_comparison(study, tracker, parent_id, table)
     print(f"\nlook further: arena ui {study.source_path}    arena report {study.source_path}")
     return outcomes
 

@@ -25,7 +25,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
       seed: 0                   # keys the held-out prompts and every evaluation decoding seed
       draws: 1                  # independent evaluation draws (prompts and decoding seeds) at the start and end
     budget:
-      unit: samples             # samples | tokens | forward_tokens | seconds
+      unit: samples             # samples | tokens | forward_tokens | flops | seconds (arena.budget.UNITS)
       amount: 2048              # > 0, per run
     seeds: [0, 1, 2]            # distinct non-negative integers; an integer n means [0, ..., n-1]
     tracking:
@@ -75,6 +75,7 @@ from typing import Literal
 
 import yaml
 
+from arena.budget import MAX_MARK, UNITS
 from arena.config import Checked, ConfigError, Problem, build, join, type_problem, unknown_key
 from arena.profiles import apply_profile
 
@@ -152,12 +153,14 @@ class EvaluationSpec(Section):
 
 @dataclass(frozen=True)
 class BudgetSpec(Section):
-    unit: Literal["samples", "tokens", "forward_tokens", "seconds"] = "samples"
+    unit: Literal[UNITS] = "samples"  # arena.budget.UNITS
     amount: float = 2048
 
     def problems(self):
         if not (self.amount > 0 and math.isfinite(self.amount)):
             yield "amount", f"must be a finite number > 0, got {self.amount!r}"
+        elif self.amount >= MAX_MARK:  # the budget marks are MLflow steps, int64
+            yield "amount", f"must be below 2**62 ({MAX_MARK:.3g}) {self.unit}, got {self.amount!r}"
 
 
 @dataclass(frozen=True)

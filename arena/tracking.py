@@ -9,7 +9,10 @@ Where things land (DESIGN §7):
   resolved configuration as params flattened with dots (``options.lr``), values cut to 500 characters;
 - **metrics** at every evaluation point and training step, with ``step`` = budget consumed so far, so that
   the curves of all arms align; ``log_missing`` makes resuming idempotent;
-- **artifacts** per run: ``study.yaml``, ``evaluations/<step>/completions.json`` and per-prompt rewards.
+- **artifacts** per run: ``study.yaml``, ``evaluations/<step>/completions.json`` and per-prompt rewards;
+- the experiment's **first view** in the MLflow UI (``set_first_view``, ``ui_url``): the experiment is marked as
+  model training (not GenAI), its description holds the study's question and summary, and a shared view names
+  the charts a user sees first, the child runs grouped by arm.
 
 The store is ``sqlite:///mlflow.db`` in the working directory by default, or any tracking URI. Every
 client call goes through ``_retry``, so that runs logged from parallel processes to one SQLite file never
@@ -32,6 +35,12 @@ from pathlib import Path
 DEFAULT_URI = "sqlite:///mlflow.db"  # in the working directory
 PARAM_VALUE_LIMIT = 500  # MLflow 3.x accepts 6000, older servers 500: stay portable
 TRUNCATED = "...[truncated]"
+# What a store (not the front end) can set to choose what MLflow 3.x's UI shows first, read in its front end:
+NOTE = "mlflow.note.content"  # the experiment's description (Markdown), shown above its runs
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # opens the runs, not the GenAI overview
+SHARED_VIEW = "mlflow.sharedViewState."  # + key: a JSON UI state that the URL's ?viewStateShareKey=key loads
+VIEW_KEY = "arena"
+EXPERIMENT_TAG_LIMIT = 5000  # MLflow 3.x accepts 20000 characters per experiment tag, older servers 5000
 RETRY_SECONDS = 60.0
 _LOCKED = ("database is locked", "database table is locked")
 # what opening a SQLite file can meet while a process outside arena (without _init_lock) migrates it
@@ -188,6 +197,30 @@ class Tracker:
                 raise error
             return found.experiment_id
 
+    def set_first_view(self, description: str, group_tag: str, sections: dict[str, list[list[str]]]) -> None:
+        """What the UI shows at ``ui_url``: the runs in the model-training view, the Markdown ``description``
+        above them, the runs grouped by the tag ``group_tag`` (nested children included: grouping flattens
+        the tree; a group's line is its runs' mean, with their min-max band), and the charts of ``sections``,
+        {section name: [metric keys of one line chart]}, before the charts MLflow generates for every other
+        metric. Charts, groups and columns stay the user's to change."""
+        charts, folds = [], []
+        for number, (section, keyed) in enumerate(sections.items()):
+            folds.append({"uuid": f"arena-section-{number}", "name": section, "display": True, "isReordered": False,
+                          "deleted": False, "isGenerated": False})
+            charts += [{"uuid": f"arena-chart-{number}-{index}", "type": "LINE", "metricSectionId": folds[-1]["uuid"],
+                        "deleted": False, "isGenerated": False, "metricKey": keys[0], "selectedMetricKeys": keys,
+                        "scaleType": "linear", "xAxisKey": "step", "xAxisScaleType": "linear", "lineSmoothness": 0,
+                        "displayPoints": True, "runsCountToCompare": 100, "range": {}}
+                       for index, keys in enumerate(keyed)]
+        state = {"groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": group_tag}]},
+                 "useGroupedValuesInCharts": True, "hideEmptyCharts": True, "compareRunSections": folds,
+                 "isAccordionReordered": True,  # the sections in this order, not sorted by name
+                 "compareRunCharts": charts}
+        if len(description) > EXPERIMENT_TAG_LIMIT:
+            description = description[:EXPERIMENT_TAG_LIMIT - len(TRUNCATED)] + TRUNCATED
+        for key, value in ((NOTE, description), EXPERIMENT_KIND, (SHARED_VIEW + VIEW_KEY, json.dumps(state))):
+            _retry(self.client.set_experiment_tag, self.experiment_id, key, value)
+
     def start_parent(self, name: str, tags: dict[str, str]) -> str:
         """The parent run of one invocation of ``arena run``."""
         tags = {**{k: str(v) for k, v in tags.items()}, "arena.kind": "invocation"}
@@ -292,6 +325,18 @@ class Tracker:
     def download(self, run_id: str, artifact_path: str, dst) -> Path:
         Path(dst).mkdir(parents=True, exist_ok=True)
         return Path(_retry(self.client.download_artifacts, run_id, artifact_path, str(dst)))
+
+
+def ui_url(base: str, uri: str, experiment: str | None) -> str:
+    """The address of ``experiment``'s first view (``Tracker.set_first_view``) in the MLflow UI at ``base``;
+    ``base`` itself when the store has no such experiment (or none is named). Opening it creates nothing."""
+    from mlflow.tracking import MlflowClient
+
+    found = _retry(MlflowClient(uri).get_experiment_by_name, experiment) if experiment else None
+    if found is None:
+        return base
+    view = f"&viewStateShareKey={VIEW_KEY}" if SHARED_VIEW + VIEW_KEY in found.tags else ""
+    return f"{base}/#/experiments/{found.experiment_id}/runs?workflowType=machine_learning&compareRunsMode=CHART{view}"
 
 
 class NullTracker:

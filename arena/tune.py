@@ -25,6 +25,7 @@ section but ``study`` and ``space`` is optional; the values shown are the defaul
                                 # split's own prompts, never the held-out ones the study reports on), seed the study's + 1
     budget: {}                  # merged over the study's budget section
     pruner: {name: median, n_startup_trials: 2, n_warmup_steps: 0}  # median | percentile | threshold | none
+    sampler: {n_startup_trials: 10}  # TPE: the first n trials of each arm are random (Optuna's default 10)
     seed: 0                     # keys each arm's TPE sampler (with the arm and the trial number)
     storage: null               # null: <workdir>/tune/<name>.journal, an Optuna journal file; a file path;
                                 # or a database URL (postgresql://..., mysql://..., sqlite:///...)
@@ -70,7 +71,7 @@ from arena.study import (NAME, BudgetSpec, EvaluationSpec, Located, Section, Stu
 OBJECTIVES = ("tail_gain", "tail_auc")
 KINDS = ("uniform", "log_uniform", "int_uniform", "choice")
 KEYS = ("name", "study", "arms", "space", "trials_per_arm", "objective", "seeds", "evaluation", "budget", "pruner",
-        "seed", "storage", "tracking")
+        "sampler", "seed", "storage", "tracking")
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 HEARTBEAT_SECONDS = 60  # a running trial records the time this often ...
 STALE_AFTER = 600  # ... and one silent this long is taken for dead (on another machine; here: its pid is gone)
@@ -122,6 +123,18 @@ class PrunerSpec(Section):
 
 
 @dataclass(frozen=True)
+class SamplerSpec(Section):
+    """Optuna's TPE sampler: its first ``n_startup_trials`` trials per arm are drawn at random (Optuna's
+    default 10 makes 10 of 16 trials random search); stated in the plan, the parent run and best.yaml."""
+
+    n_startup_trials: int = 10
+
+    def problems(self):
+        if self.n_startup_trials < 1:
+            yield "n_startup_trials", f"must be >= 1, got {self.n_startup_trials!r}"
+
+
+@dataclass(frozen=True)
 class Tune:
     """A validated tune file. ``settings`` is the base study as trials run it (named after the tune, with the
     tune's evaluation, budget and seeds); ``space[arm][option] = (kind, values)``."""
@@ -135,6 +148,7 @@ class Tune:
     trials_per_arm: int
     objective: str = "tail_gain"
     pruner: PrunerSpec = field(default_factory=PrunerSpec)
+    sampler: SamplerSpec = field(default_factory=SamplerSpec)
     seed: int = 0
     storage: str | None = None
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
@@ -246,6 +260,11 @@ def load_tune(path, profile: str | None = None, trials_per_arm: int | None = Non
         problems += error.problems
         pruner = PrunerSpec()
     try:
+        sampler = build(SamplerSpec, raw.get("sampler"), where="sampler")
+    except ConfigError as error:
+        problems += error.problems
+        sampler = SamplerSpec()
+    try:
         tracking = build(TrackingSpec, raw.get("tracking"), where="tracking")
     except ConfigError as error:
         problems += error.problems
@@ -334,7 +353,7 @@ def load_tune(path, profile: str | None = None, trials_per_arm: int | None = Non
                                    arms={first: base.arms[first]}, **shared)
     raw_arms = read_yaml(base.source_path)[0]["arms"]
     return Tune(name, source, base, settings, {arm: raw_arms[arm] for arm in arms}, space, trials, objective, pruner,
-                seed, storage, tracking)
+                sampler, seed, storage, tracking)
 
 
 def plan(tune: Tune, workdir) -> str:
@@ -347,11 +366,25 @@ def plan(tune: Tune, workdir) -> str:
              f"the {base.evaluation.split} split, seed {base.evaluation.seed}), "
              f"{settings.evaluation.points} points, {settings.evaluation.prompts} prompts x "
              f"{settings.evaluation.samples} samples",
-             f"pruner {tune.pruner.name}; sampler TPE keyed by seed {tune.seed}; storage {tune.storage_url(workdir)}"]
+             f"pruner {describe_pruner(tune.pruner)}; sampler {describe_sampler(tune)}; "
+             f"storage {tune.storage_url(workdir)}"]
     for arm in tune.arms:
         lines.append(f"  {arm} ({base.arms[arm].method}): " + ", ".join(
             f"{option} {kind} {list(values)}" for option, (kind, values) in tune.space[arm].items()))
     return "\n".join(lines)
+
+
+def describe_sampler(tune: Tune) -> str:
+    startup = tune.sampler.n_startup_trials
+    share = "all of them" if startup >= tune.trials_per_arm else f"{startup} of {tune.trials_per_arm}"
+    return f"TPE, the first {startup} trials of each arm random ({share}; n_startup_trials), keyed by seed {tune.seed}"
+
+
+def describe_pruner(pruner: PrunerSpec) -> str:
+    if pruner.name == "none":
+        return "none (every trial runs its whole budget)"
+    return (f"{pruner.name} (not before {pruner.n_startup_trials} trials of the arm have finished, nor before "
+            f"{pruner.n_warmup_steps:g} of a trial's budget is used)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,15 +405,17 @@ class TrialSeeded(optuna.samplers.BaseSampler):
     """``TPESampler`` (Optuna's defaults) re-created for each trial with a seed keyed by (seed, arm, trial
     number): reproducible given the history, and a resumed sweep does not replay the first proposals."""
 
-    def __init__(self, seed: int, arm: str):
-        self.seed, self.arm = seed, arm
+    def __init__(self, seed: int, arm: str, n_startup_trials: int = 10):
+        self.seed, self.arm, self.n_startup_trials = seed, arm, n_startup_trials
         self.inner = self._sampler(0)
 
     def _sampler(self, number: int) -> optuna.samplers.TPESampler:
-        return optuna.samplers.TPESampler(seed=seed_of(self.seed, name_key(self.arm), number) % 2**32)
+        return optuna.samplers.TPESampler(n_startup_trials=self.n_startup_trials,
+                                          seed=seed_of(self.seed, name_key(self.arm), number) % 2**32)
 
     def __repr__(self) -> str:
-        return f"TPESampler(Optuna {optuna.__version__} defaults, seed=key({self.seed}, {self.arm!r}, trial number))"
+        return (f"TPESampler(Optuna {optuna.__version__} defaults, n_startup_trials={self.n_startup_trials}, "
+                f"seed=key({self.seed}, {self.arm!r}, trial number))")
 
     def before_trial(self, study, trial):
         self.inner = self._sampler(trial.number)
@@ -412,7 +447,8 @@ def open_studies(tune: Tune, storage) -> dict[str, optuna.Study]:
     studies, identity = {}, tune.identity()
     for arm in tune.arms:
         study = optuna.create_study(storage=storage, study_name=f"{tune.name}/{arm}", direction="maximize",
-                                    sampler=TrialSeeded(tune.seed, arm), pruner=tune.pruner.make(),
+                                    sampler=TrialSeeded(tune.seed, arm, tune.sampler.n_startup_trials),
+                                    pruner=tune.pruner.make(),
                                     load_if_exists=True)
         known = study.user_attrs.get("arena.identity")
         if known is None:
@@ -794,8 +830,13 @@ def snippet(tune: Tune, found: list[ArmOutcome]) -> str:
               f"{list(tune.settings.seeds)}, evaluation {tune.settings.evaluation.split} split seed "
               f"{tune.settings.evaluation.seed}"
               + (f", profile {base.profile}" if base.profile else "") + ")",
+              f"# sampler {describe_sampler(tune)}; pruner {describe_pruner(tune.pruner)}",
               f"# paste over the arms of the same names in {base.source_path}, then: arena run {base.source_path}"
-              + (f" --profile {base.profile}" if base.profile else "")]
+              + (f" --profile {base.profile}" if base.profile else ""),
+              f"# tuning seeds: {list(tune.settings.seeds)}. The best of many trials on these seeds is biased up (the "
+              "winner's curse): confirm it on seeds tuning never used before a study relies on it"
+              + (f" (the study's {list(base.seeds)} are such seeds)" if not set(base.seeds) & set(tune.settings.seeds)
+                 else f" (WARNING: the study's seeds {sorted(set(base.seeds) & set(tune.settings.seeds))} were tuned on)")]
     missing = [o.arm for o in found if o.best_trial is None]
     if missing:
         header.append(f"# no finished trial (not here): {', '.join(missing)}")
@@ -833,6 +874,7 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
             print(f"{arm} trial {number}: its process is gone; retried with the same options", flush=True)
     print(f"arena tune {tune.name}: {len(tune.arms)} arms x {tune.trials_per_arm} trials, objective {tune.objective}, "
           f"evaluation {tune.settings.evaluation.split} split seed {tune.settings.evaluation.seed}, "
+          f"seeds {list(tune.settings.seeds)}, sampler {describe_sampler(tune)}, pruner {describe_pruner(tune.pruner)}, "
           f"{placement.slots} at a time, storage {storage_url}, "
           f"tracking {tracker.uri} (experiment {tracker.experiment})", flush=True)
     if (tune.settings.evaluation.split, tune.settings.evaluation.seed) == (tune.base.evaluation.split,
@@ -843,7 +885,8 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
     tags = {"arena.study": tune.name, "arena.tune": tune.name, "arena.base_study": tune.base.name,
             "arena.objective": tune.objective, "arena.git_commit": git_commit(),
             "arena.profile": tune.base.profile or "none", "arena.optuna": optuna.__version__,
-            "arena.sampler": repr(studies[tune.arms[0]].sampler), "arena.pruner": repr(tune.pruner)}
+            "arena.sampler": repr(studies[tune.arms[0]].sampler), "arena.pruner": repr(tune.pruner),
+            "arena.tune_seeds": ",".join(map(str, tune.settings.seeds))}
     parent_id = tracker.start_parent(f"{tune.name} {time.strftime('%Y-%m-%d %H:%M:%S')}", tags)
     tracker.log_text(parent_id, Path(tune.source_path).read_text(), "tune.yaml")
     started = time.time()
@@ -880,4 +923,4 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
     return result
 
 
-__all__ = ["PrunerSpec", "SweepResult", "Tune", "TuneError", "load_tune", "plan", "sweep"]
+__all__ = ["PrunerSpec", "SamplerSpec", "SweepResult", "Tune", "TuneError", "load_tune", "plan", "sweep"]

@@ -10,7 +10,8 @@ are medians over ``--repeats`` runs after one warm-up.
 1. Generation: completion tokens/s with and without the block KV cache, greedy, for prompts of growing
    length (few-shot arithmetic), and the ratio. Without the cache every denoising step re-forwards the
    whole prefix.
-2. Scoring (``masked``: first-token term + the rest of each block masked): the packed layout, one
+2. Scoring (``masked`` over whole blocks, sub-block = block: first-token term + the rest of each block
+   masked): the packed layout, one
    forward over [clean | noisy] for every block at once, vs per-block scoring, one forward per block over
    the clean prefix and that noisy block (as the oracle scores). The largest difference of the per-block
    log-probs checks that both compute the same numbers.
@@ -18,6 +19,7 @@ are medians over ``--repeats`` runs after one warm-up.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 
@@ -63,9 +65,9 @@ def per_block_scores(policy, batch: ScoringBatch) -> tuple[torch.Tensor, int]:
     """
     B = policy.block_size
     n, T = batch.ids.shape
-    positions = torch.arange(T)
+    positions = torch.arange(T, device=batch.ids.device)
     maskable = batch.completion & (positions % B != 0)
-    out, tokens = torch.zeros(n, T // B), 0
+    out, tokens = torch.zeros(n, T // B, device=batch.ids.device), 0
     for k in range(int(batch.prompt_lengths.min()) // B, T // B):
         end = (k + 1) * B
         noisy = torch.where(maskable[:, :end] & (positions[:end] >= k * B), policy.mask_id, batch.ids[:, :end])
@@ -80,12 +82,13 @@ def per_block_scores(policy, batch: ScoringBatch) -> tuple[torch.Tensor, int]:
 
 
 def scoring_table(policy, batch: int, lengths: list[int], repeats: int, prompt: int = 16) -> None:
-    print(f"\npacked vs per-block scoring (the masked estimator, forward only), batch {batch}, prompt {prompt} tokens, "
-          f"block {policy.block_size}; ratio = per-block / packed time")
+    print(f"\npacked vs per-block scoring (the masked estimator over whole blocks, forward only), batch {batch}, "
+          f"prompt {prompt} tokens, block {policy.block_size}; ratio = per-block / packed time")
     print(f"{'length':>7} {'blocks':>7} {'packed ms':>10} {'per-block ms':>13} {'ratio':>7} "
           f"{'packed tok':>11} {'per-block tok':>14} {'max |diff|':>11}")
     for length in lengths:
-        rows = random_batch(policy, batch, prompt, length)
+        # whole blocks (sub-block = block): the masked estimator's sub-block chain scores another quantity
+        rows = dataclasses.replace(random_batch(policy, batch, prompt, length), sub_block=policy.block_size)
         with torch.no_grad():
             packed_s, packed = timed(lambda: estimate("masked", policy, rows, (0, 0, 0)), repeats)
         per_block_s, (per_block, per_block_tokens) = timed(lambda: per_block_scores(policy, rows), repeats)

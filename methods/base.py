@@ -10,13 +10,14 @@ Sign convention: arena maximises reward (evosax minimises; we do not).
 from __future__ import annotations
 
 import dataclasses
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol
 
 import torch
 
-from arena.budget import Consumption
+from arena.budget import Consumption, token_flops
 from arena.config import build
 from arena.rng import name_key, torch_generator
 
@@ -39,18 +40,52 @@ COMMON_STATS = {
     "samples": "completions generated (Consumption.samples)",
     "tokens": "completion tokens generated (Consumption.tokens)",
     "forward_tokens": "query tokens through the model (Consumption.forward_tokens)",
+    "backward_tokens": "of those, the tokens a backward pass went through (0 for methods without one)",
+    "flops": "token-FLOPs of the forward and backward tokens (Consumption.flops, arena.budget.token_flops)",
 }
 
 
-def common_stats(totals: dict[str, float], update_norm: float, seconds: float) -> tuple[Consumption, dict]:
+@dataclass(frozen=True)
+class ParameterCount:
+    """The parameters a token passes through (``traversed``) and those of them that train (``trained``), the P
+    and P_t of ``arena.budget.token_flops``.
+
+    Traversed: every parameter of the model except an untied input embedding table, which a token reads
+    one row of instead of multiplying (tied to the output head, it counts once, as the head). Under LoRA
+    that is the frozen base plus the adapters, since a token runs through both. Trained: the trained
+    ones among the traversed (an untied embedding's gradient is a scatter of rows, not a product)."""
+
+    traversed: int
+    trained: int
+
+    @classmethod
+    def of(cls, model, trained: list[tuple[str, torch.nn.Parameter]]) -> "ParameterCount":
+        """Counted on ``model`` before any sharding (FSDP flattens the parameters); a model without
+        transformers' embedding accessors (a toy) has no lookup table."""
+        embedding = getattr(model, "get_input_embeddings", lambda: None)()
+        head = getattr(model, "get_output_embeddings", lambda: None)()
+        tied = head is not None and embedding is not None and embedding.weight is head.weight
+        lookup = [] if embedding is None or tied else [embedding.weight]  # read by row, not multiplied
+        total = sum(p.numel() for p in model.parameters())  # a tied weight is one parameter here
+        moved = sum(p.numel() for _, p in trained if not any(p is q for q in lookup))
+        return cls(total - sum(p.numel() for p in lookup), moved)
+
+    def flops(self, forward_tokens: int, backward_tokens: int = 0) -> int:
+        return token_flops(int(forward_tokens), int(backward_tokens), self.traversed, self.trained)
+
+
+def common_stats(totals: dict[str, float], update_norm: float, seconds: float,
+                 parameters: ParameterCount) -> tuple[Consumption, dict]:
     """The step's Consumption and COMMON_STATS, from all-rank sums named samples, tokens, forward_tokens,
-    reward_sum and reward_squares."""
+    backward_tokens (absent: 0), reward_sum and reward_squares, and the ``parameters`` tokens pass through."""
     n = totals["samples"]
     mean = totals["reward_sum"] / n
     variance = max(0.0, (totals["reward_squares"] - n * mean**2) / max(n - 1, 1))
-    used = Consumption(int(n), int(totals["tokens"]), int(totals["forward_tokens"]))
+    backward = int(totals.get("backward_tokens", 0))
+    used = Consumption(int(n), int(totals["tokens"]), int(totals["forward_tokens"]),
+                       parameters.flops(totals["forward_tokens"], backward))
     stats = {"reward_mean": mean, "reward_std": variance**0.5, "update_norm": update_norm, "step_seconds": seconds,
-             **dataclasses.asdict(used)}
+             **dataclasses.asdict(used), "backward_tokens": backward}
     return used, stats
 
 
@@ -77,20 +112,35 @@ class Method(Protocol):
 
 @dataclass(frozen=True)
 class Trainable:
-    """Which parameters a method trains. ``lora`` wraps the model with peft (Hu et al. 2021)."""
+    """Which parameters a method trains: ``full`` every one; ``lora`` adapters through peft (Hu et al. 2021);
+    ``subset`` the parameters whose names one of ``names`` (regular expressions, ``re.search``) matches, the
+    rest frozen: ``[norm]`` the RMSNorm weights, ``['layers\\.(2|3)\\.']`` the last two of four layers,
+    ``[bias]`` the biases (BitFit, Zaken et al. 2022)."""
 
-    mode: Literal["full", "lora"] = "full"
+    mode: Literal["full", "lora", "subset"] = "full"
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    names: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, config) -> "Trainable":
-        """The choice a method config makes with its flat fields trainable, lora_rank, lora_alpha, lora_targets."""
-        return cls(config.trainable, config.lora_rank, config.lora_alpha, tuple(config.lora_targets))
+        """The choice a method config makes with its flat fields trainable, lora_rank, lora_alpha, lora_targets
+        and trainable_names (a config without the last offers no subset)."""
+        return cls(config.trainable, config.lora_rank, config.lora_alpha, tuple(config.lora_targets),
+                   tuple(getattr(config, "trainable_names", ())))
 
     def problems(self):
         """The trainable options' problems, for the configs that carry them."""
+        if self.mode == "subset" and not self.names:
+            yield "trainable_names", "trainable: subset needs at least one name pattern, e.g. [norm]"
+        if self.mode != "subset" and self.names:
+            yield "trainable_names", f"goes with trainable: subset, not {self.mode!r}"
+        for i, pattern in enumerate(self.names):
+            try:
+                re.compile(pattern)
+            except (re.error, TypeError) as error:
+                yield f"trainable_names[{i}]", f"not a regular expression ({error}): {pattern!r}"
         if self.lora_rank < 1:
             yield "lora_rank", f"must be >= 1, got {self.lora_rank!r}"
         if self.lora_alpha <= 0:
@@ -121,6 +171,14 @@ def make_trainable(policy, trainable: Trainable, seed: int) -> list[tuple[str, t
     if trainable.mode == "full":
         for param in policy.model.parameters():
             param.requires_grad_(True)
+    if trainable.mode == "subset":
+        named = list(policy.model.named_parameters())
+        unmatched = [p for p in trainable.names if not any(re.search(p, name) for name, _ in named)]
+        if unmatched:
+            raise ValueError(f"trainable_names {unmatched} match no parameter of the model; its names look like "
+                             f"{', '.join(name for name, _ in named[:3])}, ... {named[-1][0]}")
+        for name, param in named:
+            param.requires_grad_(any(re.search(p, name) for p in trainable.names))
     return [(n, p) for n, p in policy.model.named_parameters() if p.requires_grad]
 
 

@@ -4,12 +4,23 @@ run them on LLMs (https://arxiv.org/abs/2509.24372), with EGGROLL's low-rank noi
 
 Member m of a step evaluates θ + s_m σ ε_j: for antithetic pairs j = m // 2 and s_m = +1 for even m,
 -1 for odd m; otherwise j = m and s_m = +1. Its fitness is its mean reward over the step's first
-``prompts_per_member`` prompts, decoded with the same decoding seeds by every member. With the
-shaped fitnesses F̃ (centered ranks in [-0.5, 0.5] with ties averaged, or z-scores; equal fitnesses
-shape to exactly 0) and c_j = Σ_{m uses ε_j} s_m F̃_m, the update over a population of n is
+``prompts_per_member`` prompts, each decoded ``samples_per_member`` times, with the same decoding seeds
+by every member. The reward is the task's own, so the fitness has partial credit exactly where the task
+gives it (sudoku4: the share of cells right; countdown: 0.1 for a well-formed wrong answer; arithmetic
+and gsm8k: none). With the shaped fitnesses F̃ (centered ranks in [-0.5, 0.5] with ties averaged, or
+z-scores; equal fitnesses shape to exactly 0) and c_j = Σ_{m uses ε_j} s_m F̃_m, the update over a
+population of n is
 
     θ ← θ + (α/n) Σ_j c_j ε_j - αλθ         alpha_absorbs_sigma (default; Qiu et al.)
     θ ← θ + (α/(nσ)) Σ_j c_j ε_j - αλθ      otherwise (Salimans et al., evosax)
+
+Relative noise (``sigma_scale: relative``). Every tensor t then takes σ·r_t and α·r_t in place of σ and α,
+r_t the RMS of θ_t at the start of the step: ES in the coordinates θ_t / r_t, where every tensor has
+unit RMS, so σ = 1e-3 perturbs a norm weight (RMS 1) and a projection (RMS 0.02) alike by 0.1% of its
+size. The peers state σ in absolute terms at the scale of 7B weights (Qiu et al. σ = 1e-3 against
+an RMS of about 0.02, i.e. 5% relative); an absolute σ moved to the tiny model, whose weights have
+another RMS, means something else. A tensor of RMS 0 cannot be perturbed relatively (LoRA's B starts
+at 0): relative noise goes with full or subset training.
 
 Size of one update. Every coordinate of ε_j has mean 0 and variance 1, independently across j, so
 for given fitnesses one coordinate of the move (λ = 0) has standard deviation (α/n)‖c‖₂ (over σ if
@@ -37,12 +48,20 @@ rank applies the same update, and every ``checksum_every`` steps an all-gather o
 raises on drift.
 
 Statistics: the common ones (``methods.base.COMMON_STATS``; reward_mean/std over every member x prompt
-reward) and fitness_mean/std/max over members, sigma, and member_seconds / perturb_seconds per member.
+reward; flops: 2·P per forward token, no backward pass), member_seconds / perturb_seconds per member,
+and the diagnostics of whether the population sees a signal (docs/studies.md, "Reading ES's diagnostics"):
+fitness_mean/std/max over members; tied_pairs, the share of antithetic pairs whose two members have
+exactly equal fitness (their shaped fitnesses cancel: the pair moves nothing; near 1, the step is
+noise); sigma (as configured) and sigma_rms_median/min/max, the σ each perturbed tensor gets over its
+RMS (tensors of RMS 0 left out); update_norm (common) and update_cosine, the cosine between this step's
+change of θ and the previous step's (absent at the first step; near 0, successive updates are unrelated
+draws; the previous change is kept, 4 bytes per trainable parameter, and checkpointed).
 """
 from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -53,8 +72,8 @@ import torch.distributed as dist
 from arena.config import Checked
 from arena.rng import name_key, seed_of, torch_generator
 from arena.model.sampler import SamplerConfig, generate
-from methods.base import (RewardFn, StepResult, Trainable, all_reduce_sums, common_stats, make_trainable, register,
-                          world)
+from methods.base import (ParameterCount, RewardFn, StepResult, Trainable, all_reduce_sums, common_stats,
+                          make_trainable, register, world)
 
 NOISE, DECODE = 1, 2  # key domains: parameter noise, member decoding
 
@@ -67,6 +86,16 @@ def centered_rank(fitness: torch.Tensor) -> torch.Tensor:
     below = (fitness[None, :] < fitness[:, None]).sum(1).to(fitness.dtype)
     ties = (fitness[None, :] == fitness[:, None]).sum(1).to(fitness.dtype)
     return (below + (ties - 1) / 2) / (n - 1) - 0.5
+
+
+def tied_pairs(fitness: torch.Tensor) -> float:
+    """The share of antithetic pairs (members 2j, 2j + 1) whose fitnesses are exactly equal."""
+    return float((fitness[0::2] == fitness[1::2]).double().mean())
+
+
+def cosine(dot: float, squares_a: float, squares_b: float) -> float | None:
+    """dot / (‖a‖ ‖b‖); None when either vector is zero."""
+    return dot / math.sqrt(squares_a * squares_b) if squares_a > 0 and squares_b > 0 else None
 
 
 def zscore(fitness: torch.Tensor) -> torch.Tensor:
@@ -92,11 +121,14 @@ class ES:
         weight_decay: float = 0.0  # λ in -αλθ (Salimans et al. use 0.005)
         temperature: float = 0.0  # member decoding: 0 greedy (Qiu et al.), > 0 sampled, common seeds
         prompts_per_member: int | None = None  # the first k prompts of the step's batch; None: all
+        samples_per_member: int = 1  # decodes per prompt and member (EGGROLL: generations_per_prompt 8)
+        sigma_scale: Literal["absolute", "relative"] = "absolute"  # relative: σ, α per tensor times its RMS
         max_new_tokens: int = 64
-        trainable: Literal["full", "lora"] = "full"  # the parameters ES moves (LoRA: Hu et al. 2021)
+        trainable: Literal["full", "lora", "subset"] = "full"  # what ES moves (LoRA: Hu et al.; EGGROLL, ESSA)
         lora_rank: int = 8
         lora_alpha: float = 16.0
         lora_targets: tuple[str, ...] = Trainable.lora_targets
+        trainable_names: tuple[str, ...] = ()  # subset: regular expressions over parameter names (Trainable)
         noise: Literal["full", "lowrank"] = "full"  # lowrank: EGGROLL, E = ABᵀ/√r
         noise_rank: int = 1  # r (EGGROLL's default)
         checksum_every: int = 10  # steps between cross-process parameter checksums
@@ -114,11 +146,20 @@ class ES:
                     yield name, f"must be >= 1, got {getattr(self, name)!r}"
             if self.prompts_per_member is not None and self.prompts_per_member < 1:
                 yield "prompts_per_member", f"must be >= 1 or null (all prompts), got {self.prompts_per_member!r}"
+            if self.samples_per_member < 1:
+                yield "samples_per_member", f"must be >= 1, got {self.samples_per_member!r}"
+            elif self.samples_per_member > 1 and self.temperature == 0:
+                yield "samples_per_member", (f"{self.samples_per_member} samples per prompt need temperature > 0: "
+                                             "greedy decoding gives the same completion every time")
+            if self.sigma_scale == "relative" and self.trainable == "lora":
+                yield "sigma_scale", ("relative noise scales σ by each tensor's RMS, and LoRA's B starts at 0 "
+                                      "(it would never move): use absolute with trainable: lora")
             yield from Trainable.of(self).problems()
 
     def __init__(self, policy, config: Config, seed: int):
         self.policy, self.config, self.seed = policy, config, seed
         self.params = make_trainable(policy, Trainable.of(config), seed)
+        self.parameters = ParameterCount.of(policy.model, self.params)
         names = {name for name, _ in self.params}
         self.hooked = {}  # parameter name -> nn.Linear that takes its low-rank noise in the forward
         if config.noise == "lowrank":
@@ -127,6 +168,8 @@ class ES:
         self.master = {name: p.detach().to(torch.float32, copy=True) for name, p in self.params
                        if name not in self.hooked or p.dtype != torch.float32}
         self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature)
+        self.scales = dict.fromkeys((name for name, _ in self.params), 1.0)  # r_t of relative noise, per step
+        self.previous_update: dict[str, torch.Tensor] = {}  # the last step's change of θ (update_cosine)
 
     # ---- noise: regenerated from (seed, step, j, name), never stored
 
@@ -146,6 +189,23 @@ class ES:
             return a @ b.T / math.sqrt(self.config.noise_rank)
         return torch.randn(tuple(shape), generator=torch_generator(self.seed, NOISE, step, j, name_key(name)))
 
+    @torch.no_grad()
+    def rms(self) -> dict[str, float]:
+        """The RMS of every trainable tensor's fp32 θ (the same bits on every process)."""
+        return {name: float(self.master.get(name, param).double().square().mean().sqrt())
+                for name, param in self.params}
+
+    def set_scales(self, rms: dict[str, float], step: int) -> None:
+        """r_t of this step: 1 for absolute noise, the tensor's RMS for relative noise."""
+        if self.config.sigma_scale == "absolute":
+            return
+        zero = [name for name, value in rms.items() if value == 0]
+        if zero:
+            raise ValueError(f"es: sigma_scale: relative cannot perturb tensors of RMS 0 at step {step}: "
+                             f"{', '.join(zero[:3])}{' ...' if len(zero) > 3 else ''} (freeze them with "
+                             "trainable: subset, or use sigma_scale: absolute)")
+        self.scales = rms
+
     @contextlib.contextmanager
     @torch.no_grad()
     def perturbed(self, step: int, member: int):
@@ -154,13 +214,14 @@ class ES:
         sigma, handles = self.config.sigma, []
         try:
             for name, param in self.params:
+                scaled = sigma * self.scales[name]  # σ·r_t (r_t = 1.0 exactly for absolute noise)
                 if name in self.hooked:
                     a, b = self.factors(step, j, name, param.shape)
-                    a = (a * (sign * sigma / math.sqrt(self.config.noise_rank))).to(param)
+                    a = (a * (sign * scaled / math.sqrt(self.config.noise_rank))).to(param)
                     handles.append(self.hooked[name].register_forward_hook(_lowrank_hook(a, b.to(param))))
                 else:
                     noise = self.noise(step, j, name, param.shape).to(param.device)
-                    param.copy_(self.master[name] + sign * sigma * noise)
+                    param.copy_(self.master[name] + sign * scaled * noise)
             yield
         finally:
             for handle in handles:
@@ -172,29 +233,36 @@ class ES:
     # ---- the update
 
     @torch.no_grad()
-    def apply_update(self, step: int, shaped: torch.Tensor) -> float:
-        """θ ← θ + scale·Σ_j c_j ε_j - αλθ in fp32, identical on every process; returns the norm of the
-        change of the fp32 θ (after rounding into it)."""
+    def apply_update(self, step: int, shaped: torch.Tensor) -> tuple[float, float | None]:
+        """θ ← θ + scale·r_t·Σ_j c_j ε_j - αλθ in fp32, identical on every process; returns the norm of the
+        change of the fp32 θ (after rounding into it) and its cosine with the previous step's change."""
         cfg, n = self.config, len(shaped)
         coef = torch.zeros(n // 2 if cfg.antithetic else n, dtype=torch.float64)
         for member in range(n):
             j, sign = self._pair(member)
             coef[j] += sign * shaped[member]
         scale = cfg.alpha / n / (1.0 if cfg.alpha_absorbs_sigma else cfg.sigma)
-        squares = 0.0
+        squares = previous_squares = dot = 0.0
         for name, param in self.params:
             theta = self.master.get(name, param)
             delta = torch.zeros_like(theta)
             for j in coef.nonzero().flatten().tolist():
-                delta.add_(self.noise(step, j, name, param.shape).to(theta.device), alpha=float(coef[j]) * scale)
+                delta.add_(self.noise(step, j, name, param.shape).to(theta.device),
+                           alpha=float(coef[j]) * scale * self.scales[name])
             if cfg.weight_decay:
                 delta.sub_(theta, alpha=cfg.alpha * cfg.weight_decay)
             moved = theta + delta
-            squares += float((moved - theta).double().square().sum())
+            change = (moved - theta).double()
+            squares += float(change.square().sum())
+            if name in self.previous_update:
+                previous = self.previous_update[name].double()
+                dot += float((change * previous).sum())
+                previous_squares += float(previous.square().sum())
+            self.previous_update[name] = change.float()
             theta.copy_(moved)
             if theta is not param:
                 param.copy_(theta)
-        return math.sqrt(squares)
+        return math.sqrt(squares), cosine(dot, squares, previous_squares)
 
     # ---- one step: evaluate this rank's members, share the fitnesses, update
 
@@ -203,6 +271,10 @@ class ES:
         if size > 1 and step % cfg.checksum_every == 0:
             self.check_replicas(step)
         prompts = prompts[: cfg.prompts_per_member or len(prompts)]
+        k = cfg.samples_per_member
+        rows = [prompt for prompt in prompts for _ in range(k)]  # row r: prompt r // k, draw r % k
+        rms = self.rms()
+        self.set_scales(rms, step)
         n = cfg.population
         counters = ("samples", "tokens", "forward_tokens", "reward_sum", "reward_squares", "member_seconds",
                     "perturb_seconds")
@@ -212,8 +284,8 @@ class ES:
             begun = time.perf_counter()
             with self.perturbed(step, member):
                 perturbed_at = time.perf_counter()
-                out = generate(self.policy, prompts, self.sampler, seed=seed_of(self.seed, DECODE, step))
-                rewards = [float(reward_fn(i, text)) for i, text in enumerate(out.texts)]
+                out = generate(self.policy, rows, self.sampler, seed=seed_of(self.seed, DECODE, step))
+                rewards = [float(reward_fn(r // k, text)) for r, text in enumerate(out.texts)]
                 evaluated_at = time.perf_counter()
             restored_at = time.perf_counter()
             sums[_fitness(member)] = sum(rewards) / len(rewards)
@@ -224,16 +296,29 @@ class ES:
             for name, value in counts.items():
                 sums[name] += value
             if not completions:
-                completions = [{"prompt": i, "text": t, "reward": r, "member": member}
-                               for i, (t, r) in enumerate(zip(out.texts, rewards))]
+                completions = [{"prompt": row // k, "text": t, "reward": r, "member": member}
+                               for row, (t, r) in enumerate(zip(out.texts, rewards))]
         totals = all_reduce_sums(sums)
         fitness = torch.tensor([totals[_fitness(m)] for m in range(n)], dtype=torch.float64)
-        norm = self.apply_update(step, SHAPING[cfg.shaping](fitness))
-        consumption, stats = common_stats(totals, norm, time.perf_counter() - start)
+        norm, update_cosine = self.apply_update(step, SHAPING[cfg.shaping](fitness))
+        consumption, stats = common_stats(totals, norm, time.perf_counter() - start, self.parameters)
         stats |= {"fitness_mean": float(fitness.mean()), "fitness_std": float(fitness.std(correction=0)),
                   "fitness_max": float(fitness.max()), "sigma": cfg.sigma,
-                  "member_seconds": totals["member_seconds"] / n, "perturb_seconds": totals["perturb_seconds"] / n}
+                  "member_seconds": totals["member_seconds"] / n, "perturb_seconds": totals["perturb_seconds"] / n,
+                  **self.sigma_over_rms(rms)}
+        if cfg.antithetic:
+            stats["tied_pairs"] = tied_pairs(fitness)
+        if update_cosine is not None:
+            stats["update_cosine"] = update_cosine
         return StepResult(consumption, stats, completions)
+
+    def sigma_over_rms(self, rms: dict[str, float]) -> dict[str, float]:
+        """Median, min and max over the perturbed tensors of their σ·r_t over their RMS (RMS 0 left out)."""
+        ratios = [self.config.sigma * self.scales[name] / value for name, value in rms.items() if value > 0]
+        if not ratios:
+            return {}
+        return {"sigma_rms_median": statistics.median(ratios), "sigma_rms_min": min(ratios),
+                "sigma_rms_max": max(ratios)}
 
     @torch.no_grad()
     def check_replicas(self, step: int) -> None:
@@ -248,7 +333,8 @@ class ES:
             raise RuntimeError(f"ES replicas drifted apart at step {step}: parameter checksums per rank {sums}")
 
     def state_dict(self) -> dict:
-        return {"theta": {name: self.master.get(name, p).detach().clone() for name, p in self.params}}
+        return {"theta": {name: self.master.get(name, p).detach().clone() for name, p in self.params},
+                "previous_update": {name: change.clone() for name, change in self.previous_update.items()}}
 
     @torch.no_grad()
     def load_state_dict(self, state: dict) -> None:
@@ -257,6 +343,7 @@ class ES:
             theta.copy_(state["theta"][name])
             if theta is not param:
                 param.copy_(theta)
+        self.previous_update = {name: change.clone() for name, change in state.get("previous_update", {}).items()}
 
 
 def _fitness(member: int) -> str:

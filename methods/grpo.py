@@ -51,8 +51,8 @@ from arena.config import Checked
 from arena.rng import seed_of
 from arena.model.sampler import SamplerConfig, generate
 from methods import fsdp, likelihood
-from methods.base import (NonFiniteError, StepResult, Trainable, all_reduce_sum, all_reduce_sums, common_stats,
-                          make_trainable, reference_context, register, world)
+from methods.base import (NonFiniteError, ParameterCount, StepResult, Trainable, all_reduce_sum, all_reduce_sums,
+                          common_stats, make_trainable, reference_context, register, world)
 
 
 @dataclass
@@ -71,10 +71,11 @@ class GRPOConfig(Checked):
     max_new_tokens: int = 64  # rollout length, rounded up to whole blocks
     temperature: float = 1.0  # rollout temperature; the estimators score at the same temperature
     threshold: float = 1.0  # sampler confidence threshold (1.0: one token per step)
-    trainable: Literal["full", "lora"] = "full"  # peft for LoRA
+    trainable: Literal["full", "lora", "subset"] = "full"  # peft for LoRA; subset: trainable_names
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = Trainable.lora_targets  # the same default as ES: never a confound
+    trainable_names: tuple[str, ...] = ()  # subset: regular expressions over parameter names (Trainable)
     sharding: Literal["none", "fsdp"] = "none"  # "none": replicas, summed gradients; "fsdp": FSDP2 (Zhao et al. 2023), full FT only
     max_skipped_steps: int = 3  # stop the run when this many consecutive steps are skipped as non-finite
 
@@ -151,8 +152,9 @@ class GRPO:
         self.policy, self.config, self.seed = policy, config, seed
         fsdp.check_launcher(config.sharding)
         self.params = make_trainable(policy, Trainable.of(config), seed)
-        self.reference = None  # full fine-tuning with β > 0 keeps a frozen copy; LoRA disables the adapter
-        if config.beta > 0 and config.trainable == "full":
+        self.parameters = ParameterCount.of(policy.model, self.params)  # before FSDP flattens them
+        self.reference = None  # full or subset fine-tuning with β > 0 keeps a frozen copy; LoRA disables the adapter
+        if config.beta > 0 and config.trainable != "lora":
             self.reference = copy.deepcopy(policy.model).eval().requires_grad_(False)
         self.sharded = config.sharding == "fsdp"
         if self.sharded:
@@ -165,6 +167,7 @@ class GRPO:
         self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                                      threshold=config.threshold)
         self.forward_tokens = 0  # estimator forward tokens of the current step
+        self.backward_tokens = 0  # of them, those the loss's backward pass goes through
         self.skipped_steps = 0  # steps skipped as non-finite, this run (checkpointed)
         self.consecutive_skips = 0  # of them, the latest in a row
 
@@ -178,6 +181,8 @@ class GRPO:
         with torch.set_grad_enabled(grad):
             est = likelihood.estimate(name, policy or self.policy, batch, key, **options)
         self.forward_tokens += est.forward_tokens
+        if grad:  # every pass with a graph is backpropagated (step: loss.backward per micro-batch)
+            self.backward_tokens += est.forward_tokens
         return est
 
     def _reference_logp(self, batch, key):
@@ -199,7 +204,7 @@ class GRPO:
         mine = list(range(rank, len(prompts), size))  # this rank's prompts (all of them on one process)
         rows = [(i, g) for i in mine for g in range(G)]
         sample_ids = [i * G + g for i, g in rows]  # global ids: the same draws whatever the world size
-        self.forward_tokens = 0
+        self.forward_tokens = self.backward_tokens = 0
 
         # ---- rollout and rewards
         self.policy.model.eval()
@@ -290,14 +295,15 @@ class GRPO:
         groups = rewards.view(-1, G)
         totals = all_reduce_sums({
             **sums, "samples": n, "tokens": sum(map(len, out.tokens)),
-            "forward_tokens": out.forward_tokens + self.forward_tokens,
+            "forward_tokens": out.forward_tokens + self.forward_tokens, "backward_tokens": self.backward_tokens,
             "reward_sum": sum(scores), "reward_squares": sum(r * r for r in scores),
             "zero_std_groups": float((groups.std(1) == 0).sum()), "groups": len(groups),
             "completion_tokens": sum(out.lengths), "update_squares": self._update_squares(before),
         }, max_keys=("ratio_max",))
         if failure is not None and self.consecutive_skips >= config.max_skipped_steps:
             raise NonFiniteError(self._non_finite_message(step, *failure))
-        consumption, stats = common_stats(totals, math.sqrt(totals["update_squares"]), time.perf_counter() - start)
+        consumption, stats = common_stats(totals, math.sqrt(totals["update_squares"]), time.perf_counter() - start,
+                                          self.parameters)
         units = max(totals["units"], 1)
         stats |= {
             "frac_zero_std_groups": totals["zero_std_groups"] / totals["groups"],

@@ -23,6 +23,7 @@ PROMPTS, SAMPLES, POINTS, AMOUNT, ALPHA = 24, 4, 4, 300, 0.25
 MARKS = [0, 100, 200, 300]
 DRIFT = {"grpo": 0.0, "block_grpo": 0.25, "es": 0.1}  # how far each arm lifts the success probabilities
 SECONDS_PER_SAMPLE = {"grpo": 0.1, "block_grpo": 0.2, "es": 0.1}  # block_grpo twice as slow: a wall-clock panel
+FLOPS_PER_SAMPLE = {"grpo": 6e6, "block_grpo": 2e7, "es": 1e6}  # ES has no backward pass
 FIGURES = ("tail_reward", "mean_reward", "levels", "final_tail_gain", "tail_profile")
 
 
@@ -74,6 +75,7 @@ def log_run(tracker, run, parent_id: str, tags: dict | None = None, params: dict
                 "eval/tail_reward_a0.5": lower_cvar(p, 0.5), "eval/level1_mean_reward": p[levels == 1].mean(),
                 "eval/level2_mean_reward": p[levels == 2].mean(), "eval/weight_drift": 0.01 * point,
                 "budget/samples": samples, "budget/tokens": 6 * samples, "budget/forward_tokens": 20 * samples,
+                "budget/flops": samples * FLOPS_PER_SAMPLE[run.arm],
                 "budget/seconds": samples * SECONDS_PER_SAMPLE[run.arm] * (1 + 0.05 * run.seed)}
         tracker.log_rows(run_id, [(key, value, mark) for key, value in rows.items()])
         if point:
@@ -179,6 +181,16 @@ def test_each_curve_figure_has_one_line_and_one_band_per_arm(synthetic):
     assert [label.get_text() for label in dots.get_yticklabels()] == list(ARMS)
     assert all(text.get_fontsize() >= 8 for figure in synthetic.figures.values() for axis in figure.axes
                for text in [axis.xaxis.label, axis.yaxis.label, *axis.get_xticklabels(), *axis.get_yticklabels()])
+
+
+def test_the_curves_against_flops_sit_at_the_flops_each_arm_logged(store):
+    """--x flops: each arm's points at the (seed-mean) budget/flops it had used at each mark."""
+    folder, uri, studies, _ = store
+    report = write_study_report(studies["synthetic"], Tracker(uri, "synthetic"), folder / "flops", x="flops", log=False)
+    axis = report.figures["tail_reward"].axes[0]
+    assert "token-FLOPs" in axis.get_xlabel()
+    for arm, line in zip(ARMS, lines_of(axis, ARMS)):
+        assert np.allclose(line.get_xdata(), [(m + 4 * (m > 0)) * FLOPS_PER_SAMPLE[arm] for m in MARKS])
 
 
 def t_interval(values):

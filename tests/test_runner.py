@@ -1,6 +1,7 @@
 """`arena run` end to end on the shipped tiny model, asserting on what MLflow holds: runs, tags, aligned
 metric histories, artifacts; skip and resume; a killed run resumes with every point exactly once."""
 import contextlib
+import json
 import os
 import re
 import signal
@@ -95,6 +96,26 @@ def test_a_study_lands_in_mlflow_with_aligned_curves_and_a_rerun_skips(in_tmp, c
     # the same start for every run: common prompts and decoding seeds
     starts = {tuple(m.value for m in client.get_metric_history(r.info.run_id, "eval/mean_reward")[:1]) for r in runs}
     assert len(starts) == 1
+
+    # the parent run compares the arms: each arm's mean over its seeds at every mark, inside its 95% interval
+    parent = parents[0].info.run_id
+    for arm in ("block_grpo", "es"):
+        seeds = [r.info.run_id for r in runs if r.data.tags["arena.arm"] == arm]
+        for key in ("tail_reward", "tail_gain", "mean_reward"):
+            curves = np.array([[m.value for m in client.get_metric_history(run, f"eval/{key}")] for run in seeds])
+            mean, low, high = ([m.value for m in client.get_metric_history(parent, f"arms/{arm}/{key}{end}")]
+                               for end in ("", "_low", "_high"))
+            assert steps(client, parent, f"arms/{arm}/{key}") == MARKS
+            np.testing.assert_allclose(mean, curves.mean(axis=0), rtol=0, atol=1e-12)
+            assert all(lo <= m <= hi for lo, m, hi in zip(low, mean, high)), (key, low, mean, high)
+    # the UI's first view: model training, the study's question and summary, the runs grouped by arm
+    experiment = client.get_experiment_by_name("e2e")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    note = experiment.tags["mlflow.note.content"]
+    assert f"arena run {path}" in note and "block_grpo" in note and "tail gain (α=0.5)" in note
+    view = json.loads(experiment.tags["mlflow.sharedViewState.arena"])
+    assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "arena.arm"}]
+    assert view["compareRunCharts"][0]["metricKey"] == "eval/tail_reward"
 
     assert main(["run", str(path), "--jobs", "1"]) == 0  # finished runs are skipped, not rerun
     assert "0 runs finished, 4 already finished (skipped)" in capsys.readouterr().out
@@ -277,3 +298,13 @@ def test_the_printed_summary_and_summary_md_show_the_same_numbers(in_tmp, capsys
         assert "[" in tail  # intervals, not bare numbers: two seeds and two draws
     assert "grpo" in printed and ("different" in printed or "inconclusive" in printed or "equivalent" in printed)
     assert "2 draws of 12 distinct prompts" in summary
+
+
+def test_the_plan_counts_every_es_decode_per_step(in_tmp, capsys):
+    """ES's samples per step: members x prompts per member (at most the batch) x samples per member."""
+    es = {"method": "es", "options": {"population": 4, "prompts_per_member": 3, "samples_per_member": 2,
+                                      "temperature": 1.0, "max_new_tokens": 8}}
+    study = {**STUDY, "budget": {"unit": "samples", "amount": 48}, "arms": {"es": es}}
+    assert main(["run", str(write(in_tmp, study)), "--dry-run"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("es ")]
+    assert rows and all(row[4:6] == ["24", "2"] for row in rows), rows  # 4 x 3 x 2 samples, 2 steps to 48

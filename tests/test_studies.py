@@ -89,6 +89,7 @@ def test_ui_serves_the_study_store(tmp_path, monkeypatch, capsys):
     assert main(["ui", str(path), "--port", "5123"]) == 0
     (argv,) = calls
     assert argv[1:4] == ["-m", "mlflow", "ui"] and f"sqlite:///{tmp_path / 'runs.db'}" in argv and "5123" in argv
+    assert "open http://127.0.0.1:5123\n" in capsys.readouterr().out  # no store yet: the UI's front page
 
 
 def test_the_studys_at_block_sets_shared_sections_for_its_profile_only(tmp_path):

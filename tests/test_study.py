@@ -141,14 +141,14 @@ def test_wrong_types_and_unknown_keys_with_a_close_match(tmp_path):
         evaluation:
           samples: many
           temprature: 0.5
-        budget: {unit: flops}
+        budget: {unit: hours}
         arms:
           a: {method: grpo, option: {lr: 1.0e-4}}
         """)
     assert errors(path) == [
         f"{path}:3: evaluation.samples: expected an integer, got 'many'",
         f"{path}:4: evaluation.temprature: unknown option; did you mean 'temperature'?",
-        f"{path}:5: budget.unit: must be one of 'samples', 'tokens', 'forward_tokens', 'seconds', got 'flops'",
+        f"{path}:5: budget.unit: must be one of 'samples', 'tokens', 'forward_tokens', 'flops', 'seconds', got 'hours'",
         f"{path}:7: arms.a.option: unknown option; did you mean 'options'?",
     ]
 
@@ -356,3 +356,28 @@ def test_seeds_and_name_are_checked_and_weights_are_not_needed_to_validate(tmp_p
         f"{path}:1: name: must use only letters, digits, _ . - (it names directories), got 'my study'",
         f"{path}:3: seeds: expected a list of non-negative integers or a count >= 1, got 0",
     ]
+
+
+def test_every_place_that_lists_the_budget_units_agrees():
+    """arena.budget.UNITS is the one list: the study schema, what a run meters and logs, the report's axis
+    labels and ``arena report --x`` take theirs from it or must match it, and the docs name every unit."""
+    import argparse
+    import typing
+    from pathlib import Path
+
+    from arena import cli
+    from arena.budget import UNITS, Meter
+    from arena.report.comparison import X_LABELS
+    from arena.study import BudgetSpec
+
+    assert typing.get_args(typing.get_type_hints(BudgetSpec)["unit"]) == UNITS
+    assert tuple(Meter().as_dict()) == UNITS
+    assert tuple(X_LABELS) == UNITS
+    parser = argparse.ArgumentParser()
+    cli.add_report(parser.add_subparsers())
+    report = parser._subparsers._group_actions[0].choices["report"]
+    (x,) = [action for action in report._actions if "--x" in action.option_strings]
+    assert tuple(x.choices) == UNITS
+    row = next(line for line in (Path(__file__).parents[1] / "docs" / "studies.md").read_text().splitlines()
+               if line.startswith("| `unit` |"))
+    assert all(f"`{unit}`" in row for unit in UNITS), row

@@ -4,6 +4,7 @@ resumes without repeating finished trials; the trial protocol (surplus, stale) h
 tune file's mistakes are all reported at once with their lines."""
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -74,6 +75,9 @@ def test_a_sweep_gives_every_arm_n_trials_as_nested_runs_and_writes_a_snippet_th
     out = capsys.readouterr().out
     assert "arena tune tune: 2 arms x 3 trials, objective tail_auc, evaluation train split seed 1" in out
     assert "best tail_auc" in out and "wrote reports/tune/best.yaml" in out
+    assert "\r" not in out and "\x1b" not in out  # capsys is no terminal: plain lines, no redrawn bars
+    assert len(re.findall(r"^\S+ seed \d+: start at 0/\d+ samples$", out, re.M)) == 6  # one per trial
+    assert len(re.findall(r"^\S+ seed \d+: finished at (\d+)/\1 samples after \d+ s$", out, re.M)) == 6
 
     found = trials(in_tmp)
     assert states(found) == {arm: ["COMPLETE"] * 3 for arm in ARMS}
@@ -99,7 +103,11 @@ def test_a_sweep_gives_every_arm_n_trials_as_nested_runs_and_writes_a_snippet_th
             assert t.value == pytest.approx(np.trapezoid(values, marks) / 32)
     assert len({t.params["lr"] for t in found["block_grpo"]}) == 3  # TPE proposes, not replays
 
-    snippet = yaml.safe_load((in_tmp / "reports" / "tune" / "best.yaml").read_text())
+    text = (in_tmp / "reports" / "tune" / "best.yaml").read_text()
+    assert "# sampler TPE, the first 10 trials of each arm random (all of them; n_startup_trials)" in text
+    assert "# tuning seeds: [1]." in text and "confirm it on seeds tuning never used" in text
+    assert "(the study's [0] are such seeds)" in text
+    snippet = yaml.safe_load(text)
     best = {arm: max(ts, key=lambda t: (t.value, -t.number)) for arm, ts in found.items()}
     assert list(snippet) == ["arms"] and list(snippet["arms"]) == list(ARMS)
     assert snippet["arms"]["block_grpo"] == {"method": "block_grpo", "options": {
@@ -149,7 +157,12 @@ def test_a_killed_sweep_resumes_without_repeating_finished_trials(in_tmp, capsys
             finished = any(t.state == TrialState.COMPLETE for ts in trials(in_tmp).values() for t in ts)
         except (KeyError, FileNotFoundError, ValueError):  # the journal or a study does not exist yet
             continue
-        for checkpoint in (in_tmp / ".arena" / "tune" / "tune").glob("*/trial*/**/checkpoint.pt") if finished else ():
+        runs = in_tmp / ".arena" / "tune" / "tune"
+        try:
+            checkpoints = list(runs.glob("*/trial*/**/checkpoint.pt") if finished else ())
+        except FileNotFoundError:  # a finished trial's folder went away while the glob walked it
+            continue
+        for checkpoint in checkpoints:
             with contextlib.suppress(OSError, RuntimeError, EOFError):  # deleted as its trial ended
                 ready = ready or torch.load(checkpoint, weights_only=False)["runner"]["point"] >= 2
     assert process.poll() is None and ready, "the sweep ended before it could be killed"
@@ -219,6 +232,24 @@ def test_every_arm_gets_the_same_number_of_trials_and_dead_trials_are_retried():
     retry.set_user_attr("arena.heartbeat", time.time() - tuning.STALE_AFTER - 1)
     assert tuning.fail_stale(study) == [retry.number]
     assert tuning.claim(tune, study).user_attrs["arena.retry_of"] == 0  # the chain keeps its first trial
+
+
+def test_the_tpe_startup_trials_are_set_stated_and_obeyed(in_tmp, capsys):
+    """sampler.n_startup_trials: stated in the plan, rejected below 1, and given to TPE: on a smooth toy
+    objective, the second half of 24 trials lands nearer the optimum after 3 random ones than when all 24 are
+    random (median distance 0.064 against 0.173 at seed 0; 0.06-0.08 against 0.17-0.23 for seeds 0-2)."""
+    assert main(["tune", str(write_tune(in_tmp, sampler={"n_startup_trials": 4})), "--trials-per-arm", "16",
+                 "--dry-run"]) == 0
+    assert "sampler TPE, the first 4 trials of each arm random (4 of 16; n_startup_trials)" in capsys.readouterr().out
+    with pytest.raises(StudyError, match="sampler.n_startup_trials: must be >= 1, got 0"):
+        tuning.load_tune(write_tune(in_tmp, sampler={"n_startup_trials": 0}, trials_per_arm=4))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    errors = {}
+    for startup in (3, 24):
+        study = optuna.create_study(direction="maximize", sampler=tuning.TrialSeeded(0, "toy", startup))
+        study.optimize(lambda trial: -(trial.suggest_float("x", 0, 1) - 0.8) ** 2, n_trials=24)
+        errors[startup] = np.median([abs(t.params["x"] - 0.8) for t in study.trials[12:]])
+    assert errors[3] < errors[24] / 2, errors
 
 
 def test_tune_file_mistakes_are_reported_at_once_with_their_lines(in_tmp, capsys):

@@ -34,7 +34,12 @@ DEFAULT_SUB_BLOCK = 8  # Fast-dLLM v2's small_block_size; the real config does n
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be found or read; the message names what was tried."""
+    """A checkpoint that cannot be found, read or trusted; the message names what was tried or what is wrong
+    (``problems``: each wrong tensor or config field, when there are several)."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = problems or [message]
 
 
 @dataclass
@@ -121,11 +126,8 @@ def load_checkpoint(source: str, device: str | None = None, dtype: torch.dtype |
         if "bd_size" not in fields:
             raise CheckpointError(f"{path / 'config.json'} has no 'bd_size': not a Fast-dLLM v2 checkpoint")
         tokenizer = load_tokenizer(path)
+        mask_id, eos_id, block_size, sub_block = checked_fields(fields, tokenizer, path / "config.json")
         config = qwen2_config(fields)
-        mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
-        if mask_id is None or mask_id == tokenizer.unk_token_id:
-            raise CheckpointError(f"the tokenizer in {path} has no {MASK_TOKEN} token")
-        eos_id = int(fields["eos_token_id"])
         # The real config sets pad = <|im_end|>, which would freeze the stop token's embedding row
         # (nn.Embedding padding_idx gets no gradient); use the tokenizer's own pad token instead.
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
@@ -134,11 +136,15 @@ def load_checkpoint(source: str, device: str | None = None, dtype: torch.dtype |
         hf_logging.set_verbosity_error()  # it warns that model_type Fast_dLLM_Qwen is not qwen2: expected
         hf_logging.disable_progress_bar()  # a bar per load would cut through the runs' progress bars
         try:
-            model = Qwen2ForCausalLM.from_pretrained(path, config=config, dtype=dtype, attn_implementation="sdpa")
+            # mismatched sizes are reported (below), not raised without their names
+            model, loading = Qwen2ForCausalLM.from_pretrained(path, config=config, dtype=dtype,
+                                                              attn_implementation="sdpa", output_loading_info=True,
+                                                              ignore_mismatched_sizes=True)
         finally:
             hf_logging.set_verbosity(verbosity)
             if bars:
                 hf_logging.enable_progress_bar()
+        check_tensors(loading, path)
     except CheckpointError:
         raise
     except Exception as error:
@@ -147,11 +153,72 @@ def load_checkpoint(source: str, device: str | None = None, dtype: torch.dtype |
             "Use --model tiny for the embedded tiny model."
         ) from error
     model.to(device).eval()
-    return Policy(
-        model=model, tokenizer=tokenizer, mask_id=int(mask_id), eos_id=eos_id, pad_id=int(pad_id),
-        block_size=int(fields["bd_size"]), sub_block=int(fields.get("small_block_size", DEFAULT_SUB_BLOCK)),
-        source=str(path),
-    )
+    return Policy(model=model, tokenizer=tokenizer, mask_id=mask_id, eos_id=eos_id, pad_id=int(pad_id),
+                  block_size=block_size, sub_block=sub_block, source=str(path))
+
+
+def _count(value) -> int | None:
+    """``value`` as a positive integer, or None (booleans and fractions are no counts)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def checked_fields(fields: dict, tokenizer, where: Path) -> tuple[int, int, int, int]:
+    """(mask id, stop id, block size, sub-block) from config.json's ``fields`` and the tokenizer; a
+    ``CheckpointError`` listing every field that is missing or contradicts another."""
+    problems = []
+    vocab = _count(fields.get("vocab_size"))
+    if vocab is None:
+        problems.append(f"vocab_size is {fields.get('vocab_size')!r}: expected a positive integer (the embedding rows)")
+    mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+    if mask_id is None or mask_id == tokenizer.unk_token_id:
+        problems.append(f"the tokenizer has no {MASK_TOKEN} token (the mask token)")
+        mask_id = None
+    elif "mask_token_id" in fields and fields["mask_token_id"] != mask_id:
+        problems.append(f"mask_token_id is {fields['mask_token_id']!r}, but the tokenizer's {MASK_TOKEN} is {mask_id}")
+    eos_id = fields.get("eos_token_id")
+    if isinstance(eos_id, list) and eos_id:  # generation configs may list several stop tokens; the first stops
+        eos_id = eos_id[0]
+    if not isinstance(eos_id, int) or isinstance(eos_id, bool) or eos_id < 0:
+        problems.append(f"eos_token_id is {fields.get('eos_token_id')!r}: expected the stop token's id")
+        eos_id = None
+    if vocab is not None:
+        if len(tokenizer) > vocab:
+            problems.append(f"the tokenizer has {len(tokenizer)} tokens but vocab_size is {vocab}: token ids from "
+                            f"{vocab} on have no embedding row")
+        for name, token in ((MASK_TOKEN, mask_id), ("eos_token_id", eos_id)):
+            if token is not None and token >= vocab:
+                problems.append(f"{name} is id {token}, beyond vocab_size {vocab}")
+    block_size = _count(fields.get("bd_size"))
+    sub_block = _count(fields.get("small_block_size", DEFAULT_SUB_BLOCK))
+    if block_size is None:
+        problems.append(f"bd_size is {fields.get('bd_size')!r}: expected the block size, a positive integer")
+    if sub_block is None:
+        problems.append(f"small_block_size is {fields.get('small_block_size')!r}: expected a positive integer")
+    elif block_size is not None and block_size % sub_block:
+        problems.append(f"small_block_size {sub_block} does not divide bd_size {block_size} "
+                        f"(small_block_size defaults to {DEFAULT_SUB_BLOCK})")
+    if problems:
+        problems = [f"{where}: {problem}" for problem in problems]
+        raise CheckpointError("; ".join(problems), problems)
+    return int(mask_id), int(eos_id), block_size, sub_block
+
+
+def check_tensors(loading: dict, path: Path) -> None:
+    """A ``CheckpointError`` naming every tensor that the checkpoint in ``path`` lacks, has in excess, or has in
+    another shape than its config.json implies (``from_pretrained``'s loading info): any of them would leave
+    weights at their random initialization or silently unused."""
+    problems = [f"{path}: tensor {name} is missing (the model would keep it randomly initialized)"
+                for name in sorted(loading["missing_keys"])]
+    problems += [f"{path}: tensor {name} is unexpected (no parameter of the model has that name)"
+                 for name in sorted(loading["unexpected_keys"])]
+    for name, stored, expected in sorted(loading["mismatched_keys"]):
+        hint = " (vocab_size in config.json)" if "embed_tokens" in name or "lm_head" in name else ""
+        problems.append(f"{path}: tensor {name} has shape {list(stored)}, but config.json implies "
+                        f"{list(expected)}{hint}")
+    problems += [f"{path}: {message}" for message in loading.get("error_msgs", [])]
+    if problems:
+        raise CheckpointError(f"{len(problems)} problems with the checkpoint in {path}: " + "; ".join(problems),
+                              problems)
 
 
 def load_tokenizer(path: Path):

@@ -36,11 +36,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from arena.model.layout import PackedLayout
 from arena.model.policy import MASK_TOKEN, CheckpointError, Policy, save_checkpoint
 from arena.model.sampler import SamplerConfig, generate
+from arena.progress import Progress
 from arena.rng import numpy_generator, torch_generator
 
 SPECIALS = ["<|endoftext|>", "<|im_end|>", MASK_TOKEN, "<unk>"]
@@ -86,8 +86,11 @@ def build_tokenizer():
 
 
 def init_weights(model, seed: int) -> None:
-    """Keyed initialisation (no global RNG): normal(0, 0.02) matrices, zero biases, unit norms."""
-    generator = torch_generator(seed, 0)
+    """Keyed initialisation (no global RNG): normal(0, 0.02) matrices, zero biases, unit norms.
+
+    The generator lives on the model's device (a 7B-shaped model is built on the GPU; on the CPU the
+    stream is the one the shipped checkpoint was trained from)."""
+    generator = torch_generator(seed, 0, device=next(model.parameters()).device)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
             if name.endswith("bias"):
@@ -249,8 +252,9 @@ def _pretrain(config: TinyConfig, path: Path, progress: bool) -> dict:
         optimizer, lambda s: min(1.0, (s + 1) / config.warmup) * max(0.05, 1 - s / config.steps)
     )
     start = time.time()
-    bar = tqdm(range(config.steps), desc="pretrain tiny", disable=not progress)
-    for step in bar:
+    bar = Progress("pretrain tiny", config.steps, "steps", enabled=progress)
+    every = max(1, config.steps // 10)  # outside a terminal: a line per tenth of the steps
+    for step in range(config.steps):
         teacher_rng = numpy_generator(config.seed, 3, step)
         ids, valid, target = training_batch(policy, level_examples(task, config, step), task, teacher_rng)
         loss = diffusion_loss(policy, ids, valid, target, torch_generator(config.seed, 2, step))
@@ -259,7 +263,10 @@ def _pretrain(config: TinyConfig, path: Path, progress: bool) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        bar.set_postfix(loss=f"{loss.item():.3f}")
+        bar.update(step + 1, loss=f"{loss.item():.3f}")
+        if (step + 1) % every == 0:
+            bar.line(f"step {step + 1}/{config.steps}, {bar.seconds:.0f} s, loss {loss.item():.3f}")
+    bar.close("trained")
     model.eval()
     seconds = round(time.time() - start, 1)
     report = {"config": asdict(config), "digest": config.digest(), "seconds": seconds, **evaluate_levels(policy, task)}

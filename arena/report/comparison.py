@@ -25,8 +25,10 @@ from arena.report import figures, stats, tables
 from arena.report.figures import Curve, Dot, Panel
 from arena.report.records import Results, read_results
 
-X_LABELS = {"samples": "samples generated", "tokens": "completion tokens generated",
-            "forward_tokens": "forward tokens (generation and scoring)", "seconds": "training wall-clock (s)"}
+X_LABELS = {"samples": "samples generated", "tokens": "completion tokens generated",  # one per arena.budget.UNITS
+            "forward_tokens": "forward tokens (generation and scoring)",
+            "flops": "token-FLOPs (2P per forward, 2P + 2P_trained per backward token)",
+            "seconds": "training wall-clock (s)"}
 SPEED_TOLERANCE = 0.1  # a panel at equal wall-clock when the arms' training seconds differ by more
 
 
@@ -219,7 +221,7 @@ def profile_figure(results: Results, colors: dict[str, str]):
 def write_study_report(study, tracker, directory: Path, x: str | None = None, log: bool = True) -> Report:
     """Read ``study``'s finished runs from ``tracker``, write the figures and tables into ``directory``, and
     log them to the study's latest parent run (``report/``) unless ``log`` is False. ``x``: the budget axis
-    of the curves (samples, tokens, forward_tokens, seconds; default: the study's unit)."""
+    of the curves (one of arena.budget.UNITS; default: the study's unit)."""
     results = read_results(tracker, study)
     x = x or study.budget.unit
     directory = Path(directory)

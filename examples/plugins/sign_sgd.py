@@ -15,7 +15,7 @@ import torch
 from arena.config import Checked
 from arena.model.sampler import SamplerConfig, generate
 from arena.rng import name_key, seed_of, torch_generator
-from methods.base import StepResult, Trainable, common_stats, make_trainable
+from methods.base import ParameterCount, StepResult, Trainable, common_stats, make_trainable
 
 NOISE, DECODE = 1, 2  # key domains
 
@@ -50,6 +50,7 @@ class SignSGD:
     def __init__(self, policy, config: SignSGDConfig, seed: int):
         self.policy, self.config, self.seed = policy, config, seed
         self.params = make_trainable(policy, Trainable.of(config), seed)
+        self.parameters = ParameterCount.of(policy.model, self.params)  # what a token passes through: the flops
         self.master = {name: p.detach().to(torch.float32, copy=True) for name, p in self.params}
         self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature)
 
@@ -90,7 +91,8 @@ class SignSGD:
             squares += float((moved - theta).double().square().sum())
             theta.copy_(moved)
             param.copy_(moved)
-        consumption, stats = common_stats(totals, math.sqrt(squares), time.perf_counter() - began)
+        consumption, stats = common_stats(totals, math.sqrt(squares), time.perf_counter() - began,
+                                          self.parameters)
         stats["fd_abs_mean"] = sum(map(abs, gaps)) / len(gaps)  # mean |F+ − F−|, besides COMMON_STATS
         return StepResult(consumption, stats, completions)  # never logged here: the runner logs stats
 

@@ -138,3 +138,68 @@ def test_lora_initialisation_is_keyed_not_global():
         make_trainable(policy, Trainable("lora"), seed=7)
         adapters.append({n: p.detach().clone() for n, p in policy.model.named_parameters() if "lora_A" in n})
     assert adapters[0].keys() and all(torch.equal(adapters[0][n], adapters[1][n]) for n in adapters[0])
+
+
+@pytest.mark.parametrize("trainable", ["full", "lora"])
+def test_flops_charge_2p_per_forward_and_2p_plus_2p_trained_per_backward_token(method_name, trainable):
+    """Counted from outside: a hook on the decoder counts the tokens of every forward call, one on its final
+    norm those of every backward pass; P and P_t counted from the parameters' names (all but the untied
+    input embedding; the trained ones among them). The GRPO family pays a backward pass (full fine-tuning:
+    4·P per backward token, 6·P per trained token in all), ES none."""
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    extra = {"sigma": 0.1} if method_name == "es" and trainable == "lora" else {}
+    method = make_method(method_name, policy, {**SMOKE.get(method_name, {}), **extra, "trainable": trainable}, seed=0)
+    decoder, counted = policy.model.get_decoder(), {"forward": 0, "backward": 0}
+
+    def forward(module, args, kwargs, output):
+        counted["forward"] += (kwargs.get("input_ids") if "input_ids" in kwargs else args[0]).numel()
+
+    def backward(module, grad_input, grad_output):
+        counted["backward"] += grad_output[0].shape[0] * grad_output[0].shape[1]
+
+    decoder.register_forward_hook(forward, with_kwargs=True)
+    decoder.norm.register_full_backward_hook(backward)
+    result = method.step(prompts_for(policy), share_of_ones, step=0)
+    named = dict(policy.model.named_parameters())
+    traversed = sum(p.numel() for n, p in named.items() if "embed_tokens" not in n)
+    trained = sum(p.numel() for n, p in named.items() if p.requires_grad and "embed_tokens" not in n)
+    used = result.consumption
+    assert used.forward_tokens == counted["forward"] > 0
+    assert result.stats["backward_tokens"] == counted["backward"]
+    assert used.flops == 2 * traversed * counted["forward"] + (2 * traversed + 2 * trained) * counted["backward"]
+    assert result.stats["flops"] == used.flops
+    if method_name == "es":
+        assert counted["backward"] == 0 and used.flops == 2 * traversed * used.forward_tokens
+    else:
+        assert counted["backward"] > 0
+        if trainable == "full":
+            assert trained == traversed
+            assert used.flops == 2 * traversed * (used.forward_tokens - counted["backward"]) + 6 * traversed * \
+                counted["backward"]
+        else:
+            assert 0 < trained < traversed / 5  # LoRA: the backward costs about 2·P, not 4·P
+
+
+def test_a_named_subset_moves_only_the_named_parameters(method_name):
+    """trainable: subset with a name pattern (the norms) for every method that offers it: only the
+    parameters whose names match move, and a pattern that matches nothing is an error naming it."""
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    if "trainable_names" not in {f.name for f in methods.get_method(method_name).Config.__dataclass_fields__.values()}:
+        pytest.skip(f"{method_name} offers no subset")
+    options = {**SMOKE.get(method_name, {}), "trainable": "subset", "trainable_names": ["norm"]}
+    reward = share_of_ones
+    if method_name == "es":  # norm weights are about 1, and members must differ: a larger σ, a dense reward
+        options["sigma"], reward = 0.5, lambda index, text: sum(map(ord, text)) / (127 * max(1, len(text)))
+    method = make_method(method_name, policy, options, seed=0)
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+    method.step(prompts_for(policy), reward, step=0)
+    moved = {n for n, p in policy.model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert moved and all("norm" in n for n in moved), moved
+    assert {n for n, p in policy.model.named_parameters() if p.requires_grad} == {n for n in before if "norm" in n}
+    with pytest.raises(ValueError, match=r"\['no_such_layer'\] match no parameter"):
+        make_method(method_name, build_policy(SMALL), {**options, "trainable_names": ["norm", "no_such_layer"]}, 0)
+    for bad, message in (({"trainable_names": ["("]}, r"trainable_names\[0\]: not a regular expression"),
+                         ({"trainable_names": []}, "needs at least one name pattern"),
+                         ({"trainable": "full"}, "goes with trainable: subset")):
+        with pytest.raises(ConfigError, match=message):
+            make_method(method_name, build_policy(SMALL), {**options, **bad}, 0)

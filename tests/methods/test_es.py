@@ -1,8 +1,10 @@
 """ES (methods/es.py): the pitfalls of research/es_llm.md §5 as tests, plus the update's size,
 its direction on a toy objective, learning on the tiny model, and two gloo processes = one."""
+import copy
 import datetime
 import math
 import pathlib
+import statistics
 import types
 
 import pytest
@@ -126,7 +128,7 @@ def test_per_coordinate_update_size(noise, shaping, antithetic):
                    "antithetic": antithetic, "shaping": shaping, "noise": noise}
         method = make_method("es", policy, options, seed=1)
         before = flat_trainable(policy)
-        norms[absorbs] = method.apply_update(step=0, shaped=shaped)
+        norms[absorbs] = method.apply_update(step=0, shaped=shaped)[0]
         moves[absorbs] = flat_trainable(policy) - before
     expected = alpha / n * norm_c(shaped, antithetic)
     tolerance = 0.03 if noise == "full" else 0.1  # 87k coordinates; low-rank ones are correlated
@@ -279,3 +281,134 @@ def test_two_gloo_processes_reach_the_same_parameters_as_one(tmp_path):
         assert torch.equal(one["theta"][name], two["theta"][name]), name
     for rank in (0, 1):
         assert "drifted apart at step 3" in (tmp_path / f"drift-{rank}.txt").read_text()
+
+
+# ---- diagnostics: does the population see a signal?
+
+
+def test_tied_pairs_and_cosine_on_constructed_values():
+    from methods.es import cosine, tied_pairs
+
+    assert tied_pairs(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5, 0.0, 0.0], dtype=torch.float64)) == 0.75
+    assert tied_pairs(torch.tensor([0.0, 0.125, 0.25, 0.375], dtype=torch.float64)) == 0.0
+    assert cosine(-6.0, 4.0, 9.0) == -1.0 and cosine(0.0, 4.0, 9.0) == 0.0
+    assert cosine(1.0, 0.0, 9.0) is None  # a zero update has no direction
+
+
+def recording(reward):
+    """A reward function that keeps what it returned, in call order (members in order, prompts in order)."""
+    asked = []
+
+    def recorded(index, text):
+        asked.append(reward(index, text))
+        return asked[-1]
+
+    return recorded, asked
+
+
+def test_step_diagnostics_match_a_recomputation_from_outside():
+    """tied_pairs from the fitnesses rebuilt out of the rewards the step asked for, σ over each tensor's RMS
+    from the parameters, and update_cosine from the parameters before and after two steps."""
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    options = {**FAST, "population": 8}
+    method = make_method("es", policy, options, seed=0)
+    prompts = encoded(policy, TRAIN[:2])
+    snapshots = [flat_trainable(policy).double()]
+    rms = [float(p.detach().double().square().mean().sqrt()) for _, p in policy.model.named_parameters()]
+    results = []
+    for step in range(2):
+        recorded, asked = recording(share_of_ones)
+        results.append(method.step(prompts, recorded, step))
+        snapshots.append(flat_trainable(policy).double())
+        fitness = torch.tensor(asked, dtype=torch.float64).view(8, 2).mean(1)
+        expected_ties = float((fitness[0::2] == fitness[1::2]).double().mean())
+        assert results[-1].stats["tied_pairs"] == expected_ties
+        assert results[-1].stats["fitness_std"] == pytest.approx(float(fitness.std(correction=0)), abs=1e-12)
+    first, second = results[0].stats, results[1].stats
+    ratios = sorted(0.05 / r for r in rms if r > 0)
+    assert first["sigma_rms_min"] == pytest.approx(ratios[0], rel=1e-9)
+    assert first["sigma_rms_max"] == pytest.approx(ratios[-1], rel=1e-9)
+    assert first["sigma_rms_median"] == pytest.approx(statistics.median(ratios), rel=1e-9)
+    assert "update_cosine" not in first  # nothing to compare the first update with
+    a, b = snapshots[1] - snapshots[0], snapshots[2] - snapshots[1]
+    assert second["update_cosine"] == pytest.approx(float(a @ b / (a.norm() * b.norm())), rel=1e-5, abs=1e-7)
+
+
+def test_a_population_with_no_signal_reads_as_all_pairs_tied_and_no_update():
+    """A reward that no perturbation changes: every pair tied, fitness SD 0, no move (many ties = no signal)."""
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    method = make_method("es", policy, FAST, seed=0)
+    result = method.step(encoded(policy, TRAIN[:2]), lambda index, text: 0.5, step=0)
+    assert result.stats["tied_pairs"] == 1.0 and result.stats["fitness_std"] == 0.0
+    assert result.stats["update_norm"] == 0.0
+
+
+def test_update_cosine_survives_a_resume():
+    """The previous update travels in the state: a resumed method reports the same cosine."""
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    method = make_method("es", policy, FAST, seed=0)
+    prompts = encoded(policy, TRAIN[:3])
+    method.step(prompts, code_mean, 0)
+    twin_policy = copy.deepcopy(policy)
+    twin = make_method("es", twin_policy, FAST, seed=0)
+    twin.load_state_dict(copy.deepcopy(method.state_dict()))
+    assert method.step(prompts, code_mean, 1).stats["update_cosine"] == twin.step(prompts, code_mean, 1).stats[
+        "update_cosine"]
+
+
+# ---- the options that decide ES's regime
+
+
+def test_relative_noise_perturbs_each_tensor_by_sigma_times_its_rms_and_steps_alike():
+    """sigma_scale: relative: inside a member each tensor's perturbation has RMS ≈ σ·RMS(θ_t) (statistically,
+    over its coordinates), restore stays bit-exact, and the update of tensor t is the absolute update of the
+    same fitnesses times RMS(θ_t)."""
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    method = make_method("es", policy, {**FAST, "sigma": 0.01, "sigma_scale": "relative"}, seed=3)
+    rms = method.rms()
+    method.set_scales(rms, 0)
+    before = bits(policy)
+    with method.perturbed(0, 1):
+        for name, param in method.params:
+            if param.numel() >= 4096:  # enough coordinates for a 5% statistical tolerance
+                moved = (param.detach().double() - method.master[name].double()).square().mean().sqrt()
+                assert float(moved) == pytest.approx(0.01 * rms[name], rel=0.05), name
+    assert all(torch.equal(before[n], bits(policy)[n]) for n in before)
+
+    shaped = torch.tensor([0.5, -0.5, 0.25, -0.25], dtype=torch.float64)
+    changes = {}
+    for scale in ("absolute", "relative"):
+        # α = 1: changes far above the rounding of θ + Δθ into fp32
+        twin = make_method("es", sharpen(build_policy(SMALL), std=0.1), {**FAST, "alpha": 1.0, "sigma_scale": scale},
+                           seed=3)
+        twin.set_scales(twin.rms(), 0)
+        start = {n: twin.master[n].clone() for n, _ in twin.params}
+        twin.apply_update(0, shaped)
+        changes[scale] = {n: twin.master[n] - start[n] for n in start}
+    for name, change in changes["relative"].items():
+        torch.testing.assert_close(change, changes["absolute"][name] * rms[name], rtol=1e-4, atol=1e-6)
+
+
+def test_relative_noise_is_refused_with_lora_and_names_zero_rms_tensors():
+    with pytest.raises(ConfigError, match="sigma_scale: relative noise scales"):
+        make_method("es", build_policy(SMALL), {"sigma_scale": "relative", "trainable": "lora"}, seed=0)
+    policy = sharpen(build_policy(SMALL), std=0.1)  # the unsharpened model's biases are 0: refused as well
+    method = make_method("es", policy, {**FAST, "sigma_scale": "relative"}, seed=0)
+    rms = dict(method.rms(), **{"model.norm.weight": 0.0})
+    with pytest.raises(ValueError, match="RMS 0 at step 4: model.norm.weight"):
+        method.set_scales(rms, 4)
+
+
+def test_samples_per_member_decode_every_prompt_k_times_and_need_sampling():
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    options = {**FAST, "samples_per_member": 3, "temperature": 1.0}
+    method = make_method("es", policy, options, seed=0)
+    indices = []
+    result = method.step(encoded(policy, TRAIN), lambda index, text: indices.append(index) or code_mean(index, text), 0)
+    assert result.consumption.samples == 4 * 2 * 3  # members x prompts_per_member x samples
+    assert indices == [i for _ in range(4) for i in (0, 0, 0, 1, 1, 1)]  # each prompt k times, per member
+    assert len({c["text"] for c in result.completions}) > 2  # sampled, not k copies
+    with pytest.raises(ConfigError, match="samples_per_member: 3 samples per prompt need temperature > 0"):
+        make_method("es", build_policy(SMALL), {**options, "temperature": 0.0}, seed=0)
+    with pytest.raises(ConfigError, match="samples_per_member: must be >= 1"):
+        make_method("es", build_policy(SMALL), {"samples_per_member": 0}, seed=0)
