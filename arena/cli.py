@@ -54,15 +54,17 @@ positive_int_list = _checked(lambda text: [int(part) for part in text.split(",")
 def cmd_pretrain(args) -> None:
     import dataclasses
 
-    from arena.model.tiny import TinyConfig, cache_root, matches_within_noise, pretrain, shipped_report
+    from arena.model.tiny import cache_root, embedded, matches_within_noise, pretrain, shipped_report
 
-    config = dataclasses.replace(TinyConfig(), steps=args.steps) if args.steps else TinyConfig()
-    path = args.out or cache_root() / f"tiny-{config.digest()}"
+    recipe = embedded(args.model)[0]
+    config = dataclasses.replace(recipe, steps=args.steps) if args.steps else recipe
+    path = args.out or cache_root() / f"{args.model}-{config.digest()}"
     report = pretrain(config, path, progress=not args.quiet)
-    print(f"tiny model built in {report['seconds']:.0f} s (config {report['digest']}): {path}")
-    shipped = shipped_report()
+    print(f"{args.model} model built in {report['seconds']:.0f} s (config {report['digest']}): {path}")
+    shipped = shipped_report(args.model)
     same_config = shipped.get("digest") == report["digest"]
-    print("held-out exact match per difficulty level (operand digits), rebuilt" + (" | shipped" if same_config else ""))
+    measure = "exact match" if config.task == "noisy_arithmetic" else "mean reward"
+    print(f"held-out {measure} per difficulty level ({config.task}), rebuilt" + (" | shipped" if same_config else ""))
     for level in report["heldout_greedy"]:
         row = f"  level {level}: greedy {report['heldout_greedy'][level]:6.1%}  sampled {report['heldout_sampled'][level]:6.1%}"
         if same_config:
@@ -265,23 +267,26 @@ def _command(commands, name: str, summary: str, description: str, example: str, 
 
 
 def _add_model(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="tiny", metavar="tiny|PATH|HUB_ID",
-                        help="'tiny' (the embedded model), a Fast-dLLM v2 checkpoint directory, or a hub id "
-                             "(default: tiny)")
+    parser.add_argument("--model", default="tiny", metavar="tiny|tiny-multiblock|PATH|HUB_ID",
+                        help="'tiny' or 'tiny-multiblock' (the embedded models), a Fast-dLLM v2 checkpoint directory, "
+                             "or a hub id (default: tiny)")
 
 
 def add_pretrain(commands) -> None:
     parser = _command(
-        commands, "pretrain", "rebuild the embedded tiny model and compare it with the shipped one",
-        "Train the embedded tiny model from scratch on its pretraining task (noisy-teacher\n"
-        "arithmetic), save it, and compare its held-out exact match per difficulty level with\n"
-        "the shipped checkpoint's (within 3 binomial standard errors, when both come from the\n"
-        "same recipe).",
-        "arena pretrain --out /tmp/tiny", cmd_pretrain)
+        commands, "pretrain", "rebuild an embedded tiny model and compare it with the shipped one",
+        "Train an embedded tiny model from scratch on its pretraining task (tiny: noisy-teacher\n"
+        "arithmetic; tiny-multiblock: eleven one-digit sums in blocks of 16), save it, and compare\n"
+        "its held-out reward per difficulty level with the shipped checkpoint's (within 3 binomial\n"
+        "standard errors, when both come from the same recipe).",
+        "arena pretrain --out /tmp/tiny\n  arena pretrain --model tiny-multiblock --out /tmp/tiny-multiblock",
+        cmd_pretrain)
+    parser.add_argument("--model", default="tiny", metavar="tiny|tiny-multiblock",
+                        help="which embedded model to rebuild (default: tiny)")
     parser.add_argument("--steps", type=positive_int, default=None, metavar="N",
-                        help="training steps (default: the tiny model's recipe)")
+                        help="training steps (default: the model's recipe)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="where to save the checkpoint (default: tiny-<recipe digest> under $ARENA_CACHE, "
+                        help="where to save the checkpoint (default: <model>-<recipe digest> under $ARENA_CACHE, "
                              "else ~/.cache/arena)")
     parser.add_argument("--quiet", action="store_true", help="hide the progress bar (default: shown)")
 

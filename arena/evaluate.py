@@ -11,6 +11,9 @@ r_ij the reward of sample j of prompt i:
 - ``zero_share``: the share of prompts with p_i = 0; ``pass_at_k`` (binary rewards): the mean over
   prompts of Chen et al.'s unbiased 1 - C(k-c_i, k)/C(k, k) with n = k, i.e. "any of the k right";
 - per-level means where the task has difficulty levels;
+- the task's own per-sample metrics where it defines ``sample_metrics(completion, example)`` (a dict
+  of numbers, e.g. ``multi_sum``'s exact match beside its partial-credit reward): each averaged over
+  all samples, with its gain against the start;
 - the hard subset: the ceil(h N) prompts with the lowest per-prompt reward under the *starting*
   policy in a separate decoding (its own seeds), so that the samples that pick the subset are
   independent of those that measure it: a frozen policy shows zero hard-subset gain in expectation,
@@ -126,7 +129,20 @@ class Evaluator:
             levels = np.array([-1 if level is None else level for level in self.levels])
             for level in sorted(set(levels.tolist()) - {-1}):
                 out[f"level{level}_mean_reward"] = float(p[levels == level].mean())
+        if hasattr(self.task, "sample_metrics") and now.completions and start.completions:
+            then = self.sample_means(start)
+            for name, value in self.sample_means(now).items():
+                out[name], out[f"{name}_gain"] = value, value - then[name]
         return out
+
+    def sample_means(self, evaluation: Evaluation) -> dict[str, float]:
+        """The task's per-sample metrics, each averaged over every sample of ``evaluation``."""
+        k = evaluation.rewards.shape[1]
+        totals: dict[str, float] = {}
+        for row, sample in enumerate(evaluation.completions):
+            for name, value in self.task.sample_metrics(sample["completion"], self.examples[row // k]).items():
+                totals[name] = totals.get(name, 0.0) + float(value)
+        return {name: total / len(evaluation.completions) for name, total in totals.items()}
 
 
 class EvaluationError(ValueError):

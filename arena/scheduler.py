@@ -358,7 +358,9 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
     from arena.tracking import NullTracker, Tracker, resolve_uri
     from methods.base import world
 
-    if study.model != "tiny":  # missing weights: one error before anything starts, never a fallback
+    from arena.model.tiny import MODELS
+
+    if study.model not in MODELS:  # missing weights: one error before anything starts, never a fallback
         from arena.model.policy import resolve_checkpoint
 
         resolve_checkpoint(study.model)

@@ -862,7 +862,9 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
     from arena.runner import git_commit
     from arena.tracking import Tracker, resolve_uri
 
-    if tune.settings.model != "tiny":  # missing weights: one error before anything starts
+    from arena.model.tiny import MODELS
+
+    if tune.settings.model not in MODELS:  # missing weights: one error before anything starts
         from arena.model.policy import resolve_checkpoint
 
         resolve_checkpoint(tune.settings.model)

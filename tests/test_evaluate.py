@@ -63,6 +63,23 @@ def test_metrics_by_hand():
     assert got["level1_mean_reward"] == 0.75 and got["level2_mean_reward"] == 0.25  # prompts 0, 2 and 1, 3
 
 
+class Counted(Levels):
+    """``Levels`` with a per-sample metric: whether the completion is "1"."""
+
+    def sample_metrics(self, completion, example):
+        return {"is_one": float(completion == "1")}
+
+
+def test_a_task_s_sample_metrics_are_averaged_over_samples_with_their_gain():
+    evaluator = Evaluator(Counted(), spec())
+    rows = lambda texts: [{"prompt": "", "completion": t, "reward": float(t)} for t in texts]  # noqa: E731
+    start = Evaluation(np.zeros((4, 2)), rows(["0", "0", "0", "1", "1", "1", "0", "0"]))
+    now = Evaluation(np.zeros((4, 2)), rows(["1", "1", "1", "1", "1", "1", "0", "0"]))
+    got = evaluator.metrics(now, start, np.ones(4, dtype=bool))
+    assert got["is_one"] == 0.75 and got["is_one_gain"] == 0.375
+    assert "is_one" not in Evaluator(Levels(), spec()).metrics(now, start, np.ones(4, dtype=bool))
+
+
 def test_a_hard_subset_picked_on_independent_samples_shows_no_gain_for_a_frozen_policy():
     """Frozen policy, prompts with true success rates q_i, k samples per evaluation. Picking the hard
     subset on the measuring samples fakes a gain at the next evaluation (regression to the mean); picking

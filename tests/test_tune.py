@@ -315,3 +315,10 @@ def test_parallel_workers_share_the_journal_and_give_every_arm_exactly_n(in_tmp,
     assert all(t.user_attrs.get("arena.surplus") for ts in found.values() for t in ts if t.state == TrialState.FAIL)
     _, runs, parents = mlflow_runs(in_tmp)
     assert len(parents) == 1 and len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tunes").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_tune_file_dry_runs(path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert main(["tune", str(path.relative_to(ROOT)), "--dry-run"]) == 0
+    assert f"study studies/{path.stem}.yaml" in capsys.readouterr().out  # a tune file is named after its study

@@ -108,13 +108,14 @@ def resolve_checkpoint(source: str) -> Path:
     raise CheckpointError(
         f"could not load a Fast-dLLM v2 checkpoint from {source!r}; tried " + "; ".join(tried)
         + ". To provide it: on a machine with network, `hf download HUB_ID --local-dir DIR`, then pass "
-        "--model DIR (or point HF_HOME at a hub cache that holds it); --model tiny is the embedded tiny model."
+        "--model DIR (or point HF_HOME at a hub cache that holds it); --model tiny (or tiny-multiblock) is an embedded "
+        "tiny model."
     )
 
 
 def load_checkpoint(source: str, device: str | None = None, dtype: torch.dtype | None = None) -> Policy:
     """Load a Fast-dLLM v2 checkpoint from a local directory or a hub id (``arena.model.load_policy``
-    also knows the name ``tiny``)."""
+    also knows the embedded models' names)."""
     path = resolve_checkpoint(source)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)

@@ -17,10 +17,15 @@ The task is ``rewards.noisy_arithmetic``: addition (answer least-significant dig
 digit operands, learned from a teacher that is right with probability 0.8 / 0.5 / 0.3 per level, so
 that the model holds the right answer at a rate RL can raise (the testbed; docs/testbed.md).
 
-One checkpoint for everyone: the pretrained model ships inside the package (``tiny_checkpoint/``,
-with its config digest and held-out accuracy in ``pretrain.json``), so every machine starts from the
-same bytes. ``arena pretrain`` rebuilds it single-threaded (keyed init and draws, one thread: as
-reproducible as the CPU allows) and compares the rebuild with the shipped accuracy.
+A second recipe, ``tiny-multiblock``, trains the same network at Fast-dLLM v2's in-block geometry
+(blocks of 16, sub-blocks of 8) on ``rewards.multi_sum``: eleven one-digit sums per prompt whose
+completion spans three blocks, from a teacher whose mode is the dropped carry (docs/testbed.md).
+
+One checkpoint per recipe for everyone: the pretrained models ship inside the package
+(``tiny_checkpoint/``, ``tiny_multiblock_checkpoint/``, each with its config digest and held-out
+accuracy in ``pretrain.json``), so every machine starts from the same bytes. ``arena pretrain``
+rebuilds one single-threaded (keyed init and draws, one thread: as reproducible as the CPU allows)
+and compares the rebuild with the shipped accuracy.
 """
 from __future__ import annotations
 
@@ -46,7 +51,6 @@ from arena.rng import numpy_generator, torch_generator
 SPECIALS = ["<|endoftext|>", "<|im_end|>", MASK_TOKEN, "<unk>"]
 CHARS = [chr(i) for i in range(32, 127)] + ["\n"]
 FORMAT_VERSION = 2  # bump when the training recipe changes (2: the noisy teacher)
-SHIPPED = Path(__file__).parent / "tiny_checkpoint"
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,22 @@ class TinyConfig:
     def digest(self) -> str:
         payload = json.dumps({**asdict(self), "format": FORMAT_VERSION}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+# the embedded models by name: (recipe, the directory its checkpoint ships in)
+MODELS = {
+    "tiny": (TinyConfig(), Path(__file__).parent / "tiny_checkpoint"),
+    # Fast-dLLM v2's in-block geometry; 48 examples a step keep a step's tokens near the first recipe's
+    "tiny-multiblock": (TinyConfig(block_size=16, sub_block=8, batch=48, task="multi_sum", level_weights=(1.0,)),
+                        Path(__file__).parent / "tiny_multiblock_checkpoint"),
+}
+
+
+def embedded(name: str) -> tuple[TinyConfig, Path]:
+    """The recipe and shipped directory of an embedded model; CheckpointError naming the known ones."""
+    if name not in MODELS:
+        raise CheckpointError(f"unknown embedded model {name!r}; known: {', '.join(MODELS)}")
+    return MODELS[name]
 
 
 def build_tokenizer():
@@ -126,23 +146,25 @@ def cache_root() -> Path:
     return Path(os.environ.get("ARENA_CACHE", Path.home() / ".cache" / "arena"))
 
 
-def shipped_report() -> dict:
-    """The shipped checkpoint's pretraining record: config, digest, held-out accuracy per level."""
+def shipped_report(name: str = "tiny") -> dict:
+    """An embedded model's pretraining record: config, digest, held-out accuracy per level."""
+    shipped = embedded(name)[1]
     try:
-        return json.loads((SHIPPED / "pretrain.json").read_text())
+        return json.loads((shipped / "pretrain.json").read_text())
     except FileNotFoundError:
-        raise CheckpointError(f"the shipped tiny checkpoint is missing from {SHIPPED}; reinstall arena, or "
-                              f"rebuild it with `arena pretrain --out {SHIPPED}`") from None
+        raise CheckpointError(f"the shipped {name} checkpoint is missing from {shipped}; reinstall arena, or "
+                              f"rebuild it with `arena pretrain --model {name} --out {shipped}`") from None
 
 
-def shipped_checkpoint() -> Path:
-    """The directory of the shipped tiny checkpoint, checked against the current ``TinyConfig``."""
-    digest = shipped_report().get("digest")
-    if digest != TinyConfig().digest():
-        raise CheckpointError(f"the shipped tiny checkpoint in {SHIPPED} was built from config {digest}, but "
-                              f"TinyConfig is now {TinyConfig().digest()}; rebuild it with "
-                              f"`arena pretrain --out {SHIPPED}`")
-    return SHIPPED
+def shipped_checkpoint(name: str = "tiny") -> Path:
+    """The directory of an embedded model's shipped checkpoint, checked against its current recipe."""
+    config, shipped = embedded(name)
+    digest = shipped_report(name).get("digest")
+    if digest != config.digest():
+        raise CheckpointError(f"the shipped {name} checkpoint in {shipped} was built from config {digest}, but "
+                              f"its recipe is now {config.digest()}; rebuild it with "
+                              f"`arena pretrain --model {name} --out {shipped}`")
+    return shipped
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,15 +303,17 @@ def _pretrain(config: TinyConfig, path: Path, progress: bool) -> dict:
 
 
 def evaluate_levels(policy: Policy, task, per_level: int = 128, seed: int = 0) -> dict:
-    """Held-out exact match per difficulty level: greedy, and one sample at temperature 1 per prompt.
+    """Held-out mean reward per difficulty level (exact match on ``noisy_arithmetic``): greedy, and one
+    sample at temperature 1 per prompt.
 
     The sampled rate is what RL starts from (the teacher's q, roughly); greedy is the model's mode.
     """
     examples = task.examples("heldout", n=per_level * len(task.levels), seed=seed)
     prompts = [policy.encode(task.prompt(e)) for e in examples]
+    answer_tokens = max(8, 1 + max(len(e["answer"]) for e in examples))  # the answer and its stop token
     report = {}
     for name, temperature in (("greedy", 0.0), ("sampled", 1.0)):
-        out = generate(policy, prompts, SamplerConfig(max_new_tokens=8, temperature=temperature), seed=seed)
+        out = generate(policy, prompts, SamplerConfig(max_new_tokens=answer_tokens, temperature=temperature), seed=seed)
         scores: dict[int, list[float]] = {}
         for example, text in zip(examples, out.texts):
             scores.setdefault(example["difficulty"], []).append(task.reward(text, example))

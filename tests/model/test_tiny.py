@@ -62,10 +62,32 @@ def test_shipped_checkpoint_loads_without_training_and_reproduces_its_accuracy(m
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_multiblock_checkpoint_loads_under_its_own_name_at_its_geometry(monkeypatch, tmp_path):
+    """The second embedded model: its own bytes and recipe, blocks of 16 with sub-blocks of 8, at most 8 MB,
+    and evaluating it here gives exactly the mean reward recorded when it was built."""
+    monkeypatch.setenv("ARENA_CACHE", str(tmp_path))
+    monkeypatch.setattr(tiny, "pretrain", lambda *a, **k: pytest.fail("load_policy must not train"))
+    recipe, shipped_dir = tiny.MODELS["tiny-multiblock"]
+    policy = load_policy("tiny-multiblock", device="cpu")
+    assert (policy.block_size, policy.sub_block) == (16, 8) == (recipe.block_size, recipe.sub_block)
+    assert sum(f.stat().st_size for f in shipped_dir.iterdir()) <= 8 * 2**20
+    shipped = tiny.shipped_report("tiny-multiblock")
+    assert shipped["digest"] == recipe.digest() != TinyConfig().digest()
+    from rewards import get_task
+
+    with tiny.one_thread():
+        report = tiny.evaluate_levels(policy, get_task(recipe.task), shipped["heldout_prompts_per_level"])
+    assert report["heldout_greedy"] == shipped["heldout_greedy"]
+    assert report["heldout_sampled"] == shipped["heldout_sampled"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_stale_shipped_checkpoint_is_refused(monkeypatch):
-    monkeypatch.setattr(tiny, "TinyConfig", lambda: TinyConfig(steps=7))
-    with pytest.raises(CheckpointError, match="arena pretrain --out"):
+    monkeypatch.setitem(tiny.MODELS, "tiny", (TinyConfig(steps=7), tiny.MODELS["tiny"][1]))
+    with pytest.raises(CheckpointError, match="arena pretrain --model tiny --out"):
         tiny.shipped_checkpoint()
+    with pytest.raises(CheckpointError, match="unknown embedded model 'tiny-x'; known: tiny, tiny-multiblock"):
+        tiny.shipped_checkpoint("tiny-x")
 
 
 def test_rebuild_comparison_flags_only_differences_beyond_noise():
