@@ -31,16 +31,22 @@ def qwen2_tokenizer(tmp_path):
     return tokenizer
 
 
-def test_fast_dllm_layout_round_trips(tmp_path):
+def small_checkpoint(root, seed: int):
+    """A 2-layer Qwen2 with a BPE tokenizer, saved by save_checkpoint in the real format (sharded safetensors):
+    (its directory, the model, the tokenizer)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = qwen2_tokenizer(tmp_path / "bpe")
+    tokenizer = qwen2_tokenizer(root / "bpe")
     config = Qwen2Config(vocab_size=len(tokenizer) + 10, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, eos_token_id=tokenizer.eos_token_id,
                          tie_word_embeddings=False)
     model = Qwen2ForCausalLM(config)
-    init_weights(model, seed=3)
-    directory = save_checkpoint(model, tokenizer, tmp_path / "ckpt", block_size=32, max_shard_size="60KB")
+    init_weights(model, seed=seed)
+    return save_checkpoint(model, tokenizer, root / "ckpt", block_size=32, max_shard_size="60KB"), model, tokenizer
+
+
+def test_fast_dllm_layout_round_trips(tmp_path):
+    directory, model, tokenizer = small_checkpoint(tmp_path, seed=3)
 
     fields = json.loads((directory / "config.json").read_text())
     assert fields["model_type"] == "Fast_dLLM_Qwen" and fields["bd_size"] == 32
@@ -79,16 +85,7 @@ def test_non_fast_dllm_directory_is_rejected(tmp_path):
 @pytest.fixture(scope="module")
 def sound(tmp_path_factory):
     """A small checkpoint in the real on-disk format (sharded safetensors with an index), loadable as is."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    root = tmp_path_factory.mktemp("sound")
-    tokenizer = qwen2_tokenizer(root / "bpe")
-    config = Qwen2Config(vocab_size=len(tokenizer) + 10, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, eos_token_id=tokenizer.eos_token_id,
-                         tie_word_embeddings=False)
-    model = Qwen2ForCausalLM(config)
-    init_weights(model, seed=5)
-    return save_checkpoint(model, tokenizer, root / "ckpt", block_size=32, max_shard_size="60KB")
+    return small_checkpoint(tmp_path_factory.mktemp("sound"), seed=5)[0]
 
 
 def edited(sound, tmp_path, edit) -> str:
