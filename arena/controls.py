@@ -70,7 +70,8 @@ def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workd
     """Evaluate one control (or skip it, finished before) and log it as a child run of ``parent_id``; its
     ``arena.runner.Outcome``."""
     from arena.model import load_policy
-    from arena.runner import Outcome, decide, git_commit, other_draws, start_cache, starting_evaluation
+    from arena.runner import (Outcome, decide, draw_starts, git_commit, other_draws, start_cache,
+                              starting_evaluation)
 
     tags = {"arena.study": control.study, "arena.arm": control.arm, "arena.seed": "0",
             "arena.config_hash": control.config_hash, "arena.control": control.arm}
@@ -102,7 +103,8 @@ def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workd
         tracker.log_npz(run_id, {"rewards": end.rewards, "hard": hard}, f"evaluations/{last:09d}/per_prompt_rewards.npz")
         tracker.log_table(run_id, end.completions, f"evaluations/{last:09d}/completions.json")
         extra = [Evaluator(task, spec, policy.tokenizer, control.task.source, draw=d) for d in range(1, spec.draws)]
-        rows += other_draws(extra, policy, workdir, control, last, tracker, run_id, temperature, control.arm == "frozen")
+        starts = draw_starts(extra, policy, workdir, control)
+        rows += other_draws(extra, starts, policy, last, tracker, run_id, temperature, control.arm == "frozen")
         tracker.log_rows(run_id, rows)
     except BaseException as error:
         tracker.finish(run_id, "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")

@@ -173,14 +173,20 @@ def starting_evaluation(evaluator: Evaluator, policy, cache: Path) -> tuple[Eval
     return start, hard
 
 
-def other_draws(evaluators: list[Evaluator], policy, workdir: Path, run, mark: int, tracker, run_id: str,
-                temperature: float | None = None, frozen: bool = False) -> list[tuple[str, float, int]]:
-    """Evaluation draws 1..D-1 at the end of a run: each draw's start (cached) and the policy now (decoded at
-    ``temperature`` if given; the start itself when ``frozen``), logged as ``evaluations/draws/NN.npz`` (start,
-    end, hard); the rows of their gains."""
+def draw_starts(evaluators: list[Evaluator], policy, workdir: Path, run) -> list[tuple[Evaluation, np.ndarray]]:
+    """The start and hard subset of evaluation draws 1..D-1, decoded (or read from the study's cache) while
+    ``policy`` is still the start policy: at the beginning of a run, before any step or resume. A start
+    computed at a run's end would be that run's trained policy, cached for every other run of the study."""
+    return [starting_evaluation(evaluator, policy, start_cache(workdir, run, evaluator.draw)) for evaluator in evaluators]
+
+
+def other_draws(evaluators: list[Evaluator], starts: list[tuple[Evaluation, np.ndarray]], policy, mark: int, tracker,
+                run_id: str, temperature: float | None = None, frozen: bool = False) -> list[tuple[str, float, int]]:
+    """Evaluation draws 1..D-1 at the end of a run: the policy now (decoded at ``temperature`` if given; the start
+    itself when ``frozen``) against each draw's start (``draw_starts``), logged as ``evaluations/draws/NN.npz``
+    (start, end, hard); the rows of their gains."""
     rows = []
-    for evaluator in evaluators:
-        start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, run, evaluator.draw))
+    for evaluator, (start, hard) in zip(evaluators, starts, strict=True):
         if frozen:  # the same samples by construction; decoding again would add only thread-count numerics
             now = start
         else:
@@ -275,6 +281,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, run))
     extra = [Evaluator(task, run.evaluation, policy.tokenizer, run.task.source, draw=d)
              for d in range(1, run.evaluation.draws)]
+    extra_starts = draw_starts(extra, policy, workdir, run)  # before any step, and before a resume loads weights
 
     if action == "resume":
         tracker.reopen(run_id)
@@ -313,7 +320,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                 tracker.log_npz(run_id, {"rewards": now.rewards, "hard": hard},
                                 f"evaluations/{mark:09d}/per_prompt_rewards.npz")
                 if state.point == len(points) - 1:  # the end: the study's other evaluation draws too
-                    pending += other_draws(extra, policy, workdir, run, mark, tracker, run_id)
+                    pending += other_draws(extra, extra_starts, policy, mark, tracker, run_id)
                 state.point += 1
                 state.rows += pending
                 save(checkpoint_path, method, state, sharded)

@@ -308,3 +308,33 @@ def test_the_plan_counts_every_es_decode_per_step(in_tmp, capsys):
     assert main(["run", str(write(in_tmp, study)), "--dry-run"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("es ")]
     assert rows and all(row[4:6] == ["24", "2"] for row in rows), rows  # 4 x 3 x 2 samples, 2 steps to 48
+
+
+def test_every_draws_start_is_the_start_model_whichever_run_ends_first(in_tmp):
+    """Draw d's start is the *start* policy decoded on draw d, for every run and control, whichever run reaches its
+    end first: the oracle is a fresh start model decoded on draw 1 here. (A start cached at the end of the first
+    run to finish would be that run's trained policy, and every other run's draw-1 gain would be measured from
+    it.)"""
+    from arena.evaluate import Evaluator
+    from arena.model import load_policy
+    from arena.study import load_study, load_task
+
+    study = {**STUDY, "evaluation": {**STUDY["evaluation"], "draws": 2}, "controls": ["frozen"], "seeds": [0],
+             "arms": {"block_grpo": {"method": "block_grpo", "options": {"lr": 3e-3, "group_size": 4,
+                                                                         "max_new_tokens": 8}}}}
+    path = write(in_tmp, study)
+    assert main(["run", str(path), "--jobs", "1"]) == 0
+    spec = load_study(path)
+    policy = load_policy("tiny")
+    oracle = Evaluator(load_task(spec.task), spec.evaluation, policy.tokenizer, draw=1).decode(policy).rewards
+
+    client = client_for(in_tmp)
+    runs, _ = children(client, "e2e")
+    assert {r.data.tags["arena.arm"] for r in runs} == {"block_grpo", "frozen"}
+    for run in runs:
+        local = client.download_artifacts(run.info.run_id, "evaluations/draws/01.npz", str(in_tmp / run.info.run_id))
+        saved = np.load(local)
+        np.testing.assert_array_equal(saved["start"], oracle, err_msg=run.data.tags["arena.arm"])
+    trained = next(r for r in runs if r.data.tags["arena.arm"] == "block_grpo")
+    saved = np.load(in_tmp / trained.info.run_id / "01.npz")
+    assert not np.array_equal(saved["end"], saved["start"])  # it trained: a start taken at its end would differ
