@@ -1,11 +1,14 @@
 """Every keyed draw keeps its key: the integers each site hands to arena.rng, recorded on the code as it was before
 the key domains got names (an independent record that no result moved), and the values those keys give."""
+import ast
+import enum
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-import arena.estimators
+import arena.estimator_bench
 import arena.evaluate
 import arena.model.tiny
 import arena.report.stats
@@ -17,6 +20,9 @@ from arena import rng
 from methods.base import make_method
 
 KEYED = ("seed_of", "numpy_generator", "torch_generator")
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = [path for package in ("arena", "methods", "rewards") for path in sorted((ROOT / package).rglob("*.py"))
+           if path != ROOT / "arena" / "rng.py"]
 
 
 def record(monkeypatch, *modules) -> list[tuple]:
@@ -39,6 +45,46 @@ def test_the_keyed_functions_give_the_values_they_gave():
     assert rng.name_key("model.layers.0.mlp.up_proj.weight") == 37553794685495865
     assert torch.rand(3, generator=rng.torch_generator(8, 5, 0, 0, 1, 1)).tolist() == [
         0.6714877486228943, 0.24173545837402344, 0.19828325510025024]
+
+
+def test_each_key_family_names_distinct_domains():
+    families = [value for value in vars(rng).values()
+                if isinstance(value, type) and issubclass(value, enum.IntEnum) and value is not enum.IntEnum]
+    assert len(families) >= 7
+    for family in families:
+        assert len({int(member) for member in family.__members__.values()}) == len(family.__members__), family
+
+
+def _int_constants(tree: ast.Module) -> set[str]:
+    """Module-level names bound to an integer literal (``NOISE = 1``, ``A, B = 0, 1``)."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                pairs = (zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple)
+                         and isinstance(node.value, ast.Tuple) else [(target, node.value)])
+                names |= {t.id for t, v in pairs if isinstance(t, ast.Name) and isinstance(v, ast.Constant)
+                          and type(v.value) is int}
+    return names
+
+
+def test_every_domain_of_a_key_is_named_in_arena_rng():
+    """No keyed call in arena/, methods/ or rewards/ spells a domain as an integer, here or in a module constant."""
+    found = []
+    for path in LIBRARY:
+        tree = ast.parse(path.read_text())
+        constants = _int_constants(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            arguments = node.args if name in KEYED else []
+            arguments += [k.value for k in node.keywords if k.arg in ("purpose", "domain")]
+            for argument in arguments:
+                if (isinstance(argument, ast.Constant) and type(argument.value) is int) or (
+                        isinstance(argument, ast.Name) and argument.id in constants):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, "key domains spelled as integers (name them in arena/rng.py):\n" + "\n".join(found)
 
 
 def test_training_prompts_are_keyed_by_seed_train_prompts_step(monkeypatch):
@@ -118,11 +164,11 @@ def test_gauss_legendre_masks_are_purpose_one(monkeypatch, tiny_policy):
 
 def test_the_estimator_bench_keys(monkeypatch, tiny_policy):
     keys = []
-    estimate = arena.estimators.estimate
-    monkeypatch.setattr(arena.estimators, "estimate",
+    estimate = arena.estimator_bench.estimate
+    monkeypatch.setattr(arena.estimator_bench, "estimate",
                         lambda name, policy, batch, key, **options: (keys.append(key), estimate(name, policy, batch, key, **options))[1])
     prompts = [tiny_policy.encode("1+2=")]
-    arena.estimators.measure(tiny_policy, prompts, draws=(1,), nodes=(1,), repeats=1, max_new_tokens=4, seed=3,
+    arena.estimator_bench.measure(tiny_policy, prompts, draws=(1,), nodes=(1,), repeats=1, max_new_tokens=4, seed=3,
                              exact=False, reference_draws=32, progress=False)
     assert set(keys) == {(3, 0, 0), (3, 1, 0), (3, 1, 1)}
 
