@@ -165,8 +165,12 @@ def test_gauss_legendre_masks_are_purpose_one(monkeypatch, tiny_policy):
 def test_the_estimator_bench_keys(monkeypatch, tiny_policy):
     keys = []
     estimate = arena.estimator_bench.estimate
-    monkeypatch.setattr(arena.estimator_bench, "estimate",
-                        lambda name, policy, batch, key, **options: (keys.append(key), estimate(name, policy, batch, key, **options))[1])
+
+    def recording(name, policy, batch, key, **options):
+        keys.append(key)
+        return estimate(name, policy, batch, key, **options)
+
+    monkeypatch.setattr(arena.estimator_bench, "estimate", recording)
     prompts = [tiny_policy.encode("1+2=")]
     arena.estimator_bench.measure(tiny_policy, prompts, draws=(1,), nodes=(1,), repeats=1, max_new_tokens=4, seed=3,
                              exact=False, reference_draws=32, progress=False)
