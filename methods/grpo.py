@@ -258,16 +258,10 @@ class GRPO:
     def _inner_iterations(self, rollout: Rollout, step: int) -> InnerIterations:
         """μ inner iterations of the clipped objective on ``rollout``; a non-finite one skips the whole step."""
         config, batch = self.config, rollout.batch
-        # θ_old (iteration 0: the current pass, detached) and reference scores, before any update, on the θ pass's
-        # own micro-batches: the same rows and shapes give the same bits, so where θ, θ_old and the reference agree
-        # every log-ratio is exactly 0 (not a rounding residue Adam would amplify)
         keys = [(self.seed, step, it) for it in range(config.inner_iterations)]
         n, micro = len(rollout.rows), config.micro_batch or len(rollout.rows)
         parts = [slice(lo, lo + micro) for lo in range(0, n, micro)]
-        old = {it: [self._score(batch.rows(part), keys[it], grad=False).logp for part in parts]
-               for it in range(1, config.inner_iterations)}
-        refs = [[self._reference_logp(batch.rows(part), key) for part in parts] for key in keys]
-
+        old, refs = self._fixed_scores(batch, keys, parts)
         sums = dict.fromkeys(("loss", "units", "clipped", "clamped", "ratio", "ratio_max", "kl", "draw_std",
                               "draw_units"), 0.0)
         bad_rewards = float((~torch.isfinite(rollout.rewards)).sum())
@@ -303,15 +297,28 @@ class GRPO:
             self.optimizer.step()
             self.master.publish()
             inner.updates += 1
-        if inner.failure is not None:  # skip the whole step: the masters go back to where it started
-            self.optimizer.zero_grad(set_to_none=True)
-            if inner.updates:
-                self._restore(inner.before)
-            self.skipped_steps += 1
-            self.consecutive_skips += 1
+        if inner.failure is not None:
+            self._skip(inner)
         else:
             self.consecutive_skips = 0
         return inner
+
+    def _fixed_scores(self, batch, keys, parts) -> tuple[dict, list]:
+        """θ_old (iteration 0: the current pass, detached) and reference scores, before any update, on the θ pass's
+        own micro-batches: the same rows and shapes give the same bits, so where θ, θ_old and the reference agree
+        every log-ratio is exactly 0 (not a rounding residue Adam would amplify)."""
+        old = {it: [self._score(batch.rows(part), keys[it], grad=False).logp for part in parts]
+               for it in range(1, self.config.inner_iterations)}
+        refs = [[self._reference_logp(batch.rows(part), key) for part in parts] for key in keys]
+        return old, refs
+
+    def _skip(self, inner: InnerIterations) -> None:
+        """Skip the whole step: the masters go back to where it started."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if inner.updates:
+            self._restore(inner.before)
+        self.skipped_steps += 1
+        self.consecutive_skips += 1
 
     def _count(self, sums: dict[str, float], est, ratio, kl, old_logp, ref) -> None:
         """Add one micro-batch's units, clipped and clamped units, ratios, KL and estimator spread to ``sums``."""
