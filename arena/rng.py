@@ -5,7 +5,7 @@ Distinct keys give independent streams (numpy's SeedSequence hashing); the same 
 the same stream. Nothing here touches global RNG state.
 
 Where a key needs a constant to tell one kind of draw from another (a *domain*), the constant is named in one of
-the enums below, one per key family: a domain is distinct within its family (the integers it sits between), and
+the enums below, one per key family: a domain is distinct within its family (the keys that begin alike), and
 the integers are the ones every published result was drawn with, so none may change. Keys without a domain:
 GRPO's rollouts (run seed, step), its estimator masks (run seed, step, iteration, sample, ...), the sampler's rows
 (decoding seed, row), LoRA's initialisation (seed, name_key(parameter)), a tuning trial's sampler seed
