@@ -97,7 +97,7 @@ def cmd_sample(args) -> None:
 
 def cmd_estimators(args) -> None:
     from arena import report
-    from arena.estimators import measure
+    from arena.estimator_bench import measure
     from arena.model import load_policy
     from rewards import get_task
 

@@ -21,7 +21,7 @@ r_ij the reward of sample j of prompt i:
 
 An evaluation *draw* is one set of N distinct prompts with its decoding seeds. Draw 0 is the one every
 evaluation point decodes; a study with ``evaluation.draws: D`` also decodes draws 1..D-1 at the start and
-at the end, each an independent sample of prompts (keyed by (evaluation seed, DRAW_PROMPTS, d)) with its
+at the end, each an independent sample of prompts (keyed by (evaluation seed, EvaluationKey.DRAW_PROMPTS, d)) with its
 own decoding seeds, so that the report can count, and measure, what one finite draw adds to a gain.
 """
 from __future__ import annotations
@@ -33,10 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from arena.model.sampler import SamplerConfig, generate
-from arena.rng import numpy_generator, seed_of
+from arena.rng import EvaluationKey, numpy_generator, seed_of
 
-MEASURE, SELECT = 0, 1  # decoding key domains: the measuring samples, the hard-subset selection samples
-DRAW_PROMPTS = 2  # key domain of the prompts of evaluation draws 1, 2, ... (draw 0 keeps the evaluation seed)
 
 
 def lower_cvar(per_prompt: np.ndarray, alpha: float) -> float:
@@ -55,7 +53,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def select_hard(per_prompt: np.ndarray, fraction: float, seed: int) -> np.ndarray:
     """Mask of the ceil(fraction N) lowest values; ties broken by an order keyed by ``seed``, not by index."""
     count = max(1, math.ceil(fraction * len(per_prompt) - 1e-9))
-    tiebreak = numpy_generator(seed, SELECT).random(len(per_prompt))
+    tiebreak = numpy_generator(seed, EvaluationKey.SELECT).random(len(per_prompt))
     mask = np.zeros(len(per_prompt), dtype=bool)
     mask[np.lexsort((tiebreak, per_prompt))[:count]] = True
     return mask
@@ -78,14 +76,14 @@ class Evaluator:
 
     def __init__(self, task, spec, tokenizer=None, source: str | None = None, draw: int = 0):
         self.task, self.spec, self.draw = task, spec, draw
-        self.prompt_seed = spec.seed if draw == 0 else seed_of(spec.seed, DRAW_PROMPTS, draw)
+        self.prompt_seed = spec.seed if draw == 0 else seed_of(spec.seed, EvaluationKey.DRAW_PROMPTS, draw)
         self.examples = distinct_examples(task, spec, source, self.prompt_seed)
         self.texts = [task.prompt(e, tokenizer) for e in self.examples]
         self.levels = [e.get("difficulty") for e in self.examples]
         lo, hi = getattr(task, "reward_range", (0.0, 1.0))
         self.binary = (lo, hi) == (0.0, 1.0)
 
-    def decode(self, policy, domain: int = MEASURE, temperature: float | None = None) -> Evaluation:
+    def decode(self, policy, domain: EvaluationKey = EvaluationKey.MEASURE, temperature: float | None = None) -> Evaluation:
         """k samples of every prompt with decoding seeds keyed by (evaluation seed, domain[, draw], prompt, sample);
         ``temperature`` replaces the study's (the sharpening control)."""
         spec, k = self.spec, self.spec.samples
@@ -108,7 +106,7 @@ class Evaluator:
 
         Ties (many prompts share a per-prompt reward) are broken by a keyed random order, not by index.
         """
-        return select_hard(self.decode(policy, SELECT).per_prompt, self.spec.hard_fraction, self.prompt_seed)
+        return select_hard(self.decode(policy, EvaluationKey.SELECT).per_prompt, self.spec.hard_fraction, self.prompt_seed)
 
     def metrics(self, now: Evaluation, start: Evaluation, hard: np.ndarray) -> dict[str, float]:
         """Every evaluation metric of ``now``, with gains against ``start`` (same prompts and seeds)."""

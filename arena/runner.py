@@ -35,12 +35,11 @@ import torch
 from arena.budget import Consumption, Meter, evaluation_points
 from arena.evaluate import Evaluation, Evaluator, checked_reward
 from arena.progress import Progress
-from arena.rng import seed_of
+from arena.rng import RunKey, seed_of
 from arena.study import digest, load_task, method_class
 from methods import fsdp
 from methods.base import all_reduce_sums, world
 
-TRAIN_PROMPTS = 7  # key domain of the training prompt draws
 DRAW_METRICS = ("tail_gain", "mean_gain", "hard_gain", "tail_reward")  # logged per extra evaluation draw
 SHARDS = "shards"  # a sharded (FSDP) checkpoint's method state: the folder shards-<point> beside checkpoint.pt
 
@@ -239,7 +238,7 @@ def weight_drift(model, initial: dict[str, torch.Tensor]) -> float:
 
 def train_prompts(task, policy, run, step: int) -> tuple[list[dict], list[list[int]], list[str]]:
     """The step's training prompts: drawn by (seed, step), so every arm of a seed sees the same ones."""
-    examples = task.examples("train", n=run.train.prompts_per_step, seed=seed_of(run.seed, TRAIN_PROMPTS, step),
+    examples = task.examples("train", n=run.train.prompts_per_step, seed=seed_of(run.seed, RunKey.TRAIN_PROMPTS, step),
                              source=run.task.source)
     texts = [task.prompt(e, policy.tokenizer) for e in examples]
     return examples, [policy.encode(t) for t in texts], texts

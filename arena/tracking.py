@@ -253,10 +253,6 @@ class Tracker:
             if not token:
                 return found
 
-    def runs_of_study(self, study: str) -> list[RunRecord]:
-        """Every child run (arm, seed) of ``study``, newest first; parent runs left out."""
-        return [r for r in self.find_runs({"arena.study": study}) if r.tags.get("arena.kind") != "invocation"]
-
     def reopen(self, run_id: str) -> None:
         """Status back to RUNNING, to continue logging into an interrupted run (resume)."""
         _retry(self.client.update_run, run_id, status="RUNNING")

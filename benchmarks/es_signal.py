@@ -19,8 +19,7 @@ import time
 import torch
 
 from arena.model import load_policy
-from arena.rng import seed_of
-from arena.runner import TRAIN_PROMPTS
+from arena.rng import RunKey, seed_of
 from arena.study import load_study, load_task
 from methods.base import make_method
 
@@ -37,7 +36,7 @@ def measure(study, task, scale: str, sigma: float, prompts: int, samples: int, s
     found = {"tied": [], "fitness_std": [], "median": [], "min": [], "max": [], "seconds": []}
     for step in range(steps):
         examples = task.examples("train", n=max(prompts, study.train.prompts_per_step),
-                                 seed=seed_of(0, TRAIN_PROMPTS, step))
+                                 seed=seed_of(0, RunKey.TRAIN_PROMPTS, step))
         encoded = [policy.encode(task.prompt(e, policy.tokenizer)) for e in examples]
         began = time.perf_counter()
         stats = method.step(encoded, lambda i, text: float(task.reward(text, examples[i])), step).stats

@@ -70,12 +70,10 @@ import torch
 import torch.distributed as dist
 
 from arena.config import Checked
-from arena.rng import name_key, seed_of, torch_generator
+from arena.rng import RunKey, name_key, seed_of, torch_generator
 from arena.model.sampler import SamplerConfig, generate
 from methods.base import (ParameterCount, RewardFn, StepResult, Trainable, all_reduce_sums, common_stats,
                           make_trainable, register, world)
-
-NOISE, DECODE = 1, 2  # key domains: parameter noise, member decoding
 
 
 def centered_rank(fitness: torch.Tensor) -> torch.Tensor:
@@ -178,7 +176,7 @@ class ES:
 
     def factors(self, step: int, j: int, name: str, shape) -> tuple[torch.Tensor, torch.Tensor]:
         """Low-rank noise E = A Bᵀ/√r of a 2-D parameter: A (out, r), B (in, r), standard normal."""
-        generator = torch_generator(self.seed, NOISE, step, j, name_key(name))
+        generator = torch_generator(self.seed, RunKey.ES_NOISE, step, j, name_key(name))
         r = self.config.noise_rank
         return torch.randn(shape[0], r, generator=generator), torch.randn(shape[1], r, generator=generator)
 
@@ -187,7 +185,7 @@ class ES:
         if self.config.noise == "lowrank" and len(shape) == 2:
             a, b = self.factors(step, j, name, shape)
             return a @ b.T / math.sqrt(self.config.noise_rank)
-        return torch.randn(tuple(shape), generator=torch_generator(self.seed, NOISE, step, j, name_key(name)))
+        return torch.randn(tuple(shape), generator=torch_generator(self.seed, RunKey.ES_NOISE, step, j, name_key(name)))
 
     @torch.no_grad()
     def rms(self) -> dict[str, float]:
@@ -284,7 +282,7 @@ class ES:
             begun = time.perf_counter()
             with self.perturbed(step, member):
                 perturbed_at = time.perf_counter()
-                out = generate(self.policy, rows, self.sampler, seed=seed_of(self.seed, DECODE, step))
+                out = generate(self.policy, rows, self.sampler, seed=seed_of(self.seed, RunKey.ES_DECODE, step))
                 rewards = [float(reward_fn(r // k, text)) for r, text in enumerate(out.texts)]
                 evaluated_at = time.perf_counter()
             restored_at = time.perf_counter()

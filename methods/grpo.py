@@ -49,7 +49,7 @@ import torch
 
 from arena.config import Checked
 from arena.rng import seed_of
-from arena.model.sampler import SamplerConfig, generate
+from arena.model.sampler import Generation, SamplerConfig, generate
 from methods import fsdp, likelihood
 from methods.base import (NonFiniteError, ParameterCount, StepResult, Trainable, all_reduce_sum, all_reduce_sums,
                           common_stats, make_trainable, reference_context, register, world)
@@ -144,6 +144,30 @@ def clamped_units(logp, old_logp, ref_logp) -> torch.Tensor:
     return clamped
 
 
+@dataclass
+class Rollout:
+    """One step's completions on this rank, their rewards and advantages, and the batch that scores them."""
+
+    rows: list[tuple[int, int]]  # (prompt, member of its group) of each completion
+    generation: Generation
+    scores: list[float]  # the rewards, as floats
+    rewards: torch.Tensor
+    advantages: torch.Tensor
+    batch: likelihood.ScoringBatch
+    normaliser: float  # the loss's divisor over all ranks: units (token_mean) or sequences
+
+
+@dataclass
+class InnerIterations:
+    """What the inner iterations of a step summed, and how they ended."""
+
+    sums: dict[str, float]  # loss, units, clipped, clamped, ratio, ratio_max, kl, draw_std, draw_units
+    before: list[torch.Tensor]  # this rank's masters before the step (update_norm, and a skip)
+    grad_norm: float = 0.0  # summed over the iterations
+    updates: int = 0  # optimizer steps taken
+    failure: tuple | None = None  # (iteration, loss, gradient norm, non-finite rewards) of a non-finite iteration
+
+
 @register("grpo")
 class GRPO:
     Config = GRPOConfig
@@ -195,7 +219,14 @@ class GRPO:
             return self._score(batch, key, grad=False).logp
 
     def step(self, prompts: list[list[int]], reward_fn, step: int) -> StepResult:
-        config, G, start = self.config, self.config.group_size, time.perf_counter()
+        start = time.perf_counter()
+        rollout = self._rollout(prompts, reward_fn, step)
+        inner = self._inner_iterations(rollout, step)
+        return self._result(rollout, inner, step, start)
+
+    def _rollout(self, prompts: list[list[int]], reward_fn, step: int) -> Rollout:
+        """This rank's groups of completions, their rewards and advantages, and the batch that scores them."""
+        config, G = self.config, self.config.group_size
         rank, size = world()
         if self.sharded and len(prompts) % size:
             # every rank must run the same number of sharded forwards (each one is a collective)
@@ -205,8 +236,6 @@ class GRPO:
         rows = [(i, g) for i in mine for g in range(G)]
         sample_ids = [i * G + g for i, g in rows]  # global ids: the same draws whatever the world size
         self.forward_tokens = self.backward_tokens = 0
-
-        # ---- rollout and rewards
         self.policy.model.eval()
         with fsdp.gathered(self.policy.model):
             out = generate(self.policy, [prompts[i] for i, _ in rows], self.sampler, seed=seed_of(self.seed, step),
@@ -224,24 +253,19 @@ class GRPO:
         units = likelihood.unit_mask(name, batch, self.policy.block_size)
         local_units = float(units.sum()) if config.loss_aggregation == "token_mean" else len(rows)
         normaliser = all_reduce_sums({"normaliser": local_units})["normaliser"]
+        return Rollout(rows, out, scores, rewards, advantages, batch, normaliser)
 
-        # ---- θ_old (iteration 0: the current pass, detached) and reference scores, before any update, on
-        #      the θ pass's own micro-batches: the same rows and shapes give the same bits, so where θ, θ_old
-        #      and the reference agree every log-ratio is exactly 0 (not a rounding residue Adam would amplify)
+    def _inner_iterations(self, rollout: Rollout, step: int) -> InnerIterations:
+        """μ inner iterations of the clipped objective on ``rollout``; a non-finite one skips the whole step."""
+        config, batch = self.config, rollout.batch
         keys = [(self.seed, step, it) for it in range(config.inner_iterations)]
-        n, micro = len(rows), config.micro_batch or len(rows)
+        n, micro = len(rollout.rows), config.micro_batch or len(rollout.rows)
         parts = [slice(lo, lo + micro) for lo in range(0, n, micro)]
-        old = {it: [self._score(batch.rows(part), keys[it], grad=False).logp for part in parts]
-               for it in range(1, config.inner_iterations)}
-        refs = [[self._reference_logp(batch.rows(part), key) for part in parts] for key in keys]
-
-        # ---- μ inner iterations of the clipped objective
-        high = config.clip_eps if config.clip_eps_high is None else config.clip_eps_high
+        old, refs = self._fixed_scores(batch, keys, parts)
         sums = dict.fromkeys(("loss", "units", "clipped", "clamped", "ratio", "ratio_max", "kl", "draw_std",
                               "draw_units"), 0.0)
-        grad_norm, updates, failure = 0.0, 0, None
-        bad_rewards = float((~torch.isfinite(rewards)).sum())
-        before = [fsdp.local(m.detach()).clone() for m in self.master.masters]  # for update_norm (and a skip)
+        bad_rewards = float((~torch.isfinite(rollout.rewards)).sum())
+        inner = InnerIterations(sums, before=[fsdp.local(m.detach()).clone() for m in self.master.masters])
         for it in range(config.inner_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             iteration_loss = 0.0
@@ -249,24 +273,16 @@ class GRPO:
                 est = self._score(batch.rows(part), keys[it], grad=True)
                 old_logp = est.logp.detach() if it == 0 else old[it][j]
                 ref = refs[it][j]
-                terms, ratio, kl = clipped_objective(est.logp, old_logp, ref, advantages[part], est.units, config)
+                terms, ratio, kl = clipped_objective(est.logp, old_logp, ref, rollout.advantages[part], est.units,
+                                                     config)
                 if config.loss_aggregation == "token_mean":
-                    loss = terms.sum() / normaliser
+                    loss = terms.sum() / rollout.normaliser
                 else:
-                    loss = (terms.sum(-1) / est.units.sum(-1).clamp_min(1)).sum() / normaliser
+                    loss = (terms.sum(-1) / est.units.sum(-1).clamp_min(1)).sum() / rollout.normaliser
                 loss.backward()
                 self.master.accumulate()
-                u = est.units
                 iteration_loss += loss.item()
-                sums["units"] += float(u.sum())
-                sums["clipped"] += float((((ratio < 1 - config.clip_eps) | (ratio > 1 + high)) & u).sum())
-                sums["clamped"] += float((clamped_units(est.logp, old_logp, ref) & u).sum())
-                sums["ratio"] += float((ratio.detach() * u).sum())
-                sums["kl"] += float((kl.detach() * u).sum())
-                sums["ratio_max"] = max(sums["ratio_max"], float(ratio.detach()[u].max()) if u.any() else 0.0)
-                if est.draw_values is not None and est.draw_values.shape[1] > 1:
-                    sums["draw_std"] += float(est.draw_values.detach().std(1)[u].sum())
-                    sums["draw_units"] += float(u.sum())
+                self._count(sums, est, ratio, kl, old_logp, ref)
             if not self.sharded:  # FSDP has reduce-scattered (summed) them already
                 for master in self.master.masters:
                     if master.grad is not None:
@@ -274,34 +290,64 @@ class GRPO:
             norm = float(torch.nn.utils.clip_grad_norm_(self.master.masters, config.max_grad_norm))  # global
             checked = all_reduce_sums({"loss": iteration_loss, "bad_rewards": bad_rewards})  # every rank decides alike
             sums["loss"] += iteration_loss
-            grad_norm += norm
+            inner.grad_norm += norm
             if not (math.isfinite(checked["loss"]) and math.isfinite(norm)):
-                failure = (it, checked["loss"], norm, checked["bad_rewards"])
+                inner.failure = (it, checked["loss"], norm, checked["bad_rewards"])
                 break
             self.optimizer.step()
             self.master.publish()
-            updates += 1
-        if failure is not None:  # skip the whole step: the masters go back to where it started
-            self.optimizer.zero_grad(set_to_none=True)
-            if updates:
-                self._restore(before)
-            self.skipped_steps += 1
-            self.consecutive_skips += 1
+            inner.updates += 1
+        if inner.failure is not None:
+            self._skip(inner)
         else:
             self.consecutive_skips = 0
+        return inner
 
-        # ---- statistics and consumption over all ranks
-        iterations = updates + (failure is not None)  # the inner iterations that ran
-        groups = rewards.view(-1, G)
+    def _fixed_scores(self, batch, keys, parts) -> tuple[dict, list]:
+        """θ_old (iteration 0: the current pass, detached) and reference scores, before any update, on the θ pass's
+        own micro-batches: the same rows and shapes give the same bits, so where θ, θ_old and the reference agree
+        every log-ratio is exactly 0 (not a rounding residue Adam would amplify)."""
+        old = {it: [self._score(batch.rows(part), keys[it], grad=False).logp for part in parts]
+               for it in range(1, self.config.inner_iterations)}
+        refs = [[self._reference_logp(batch.rows(part), key) for part in parts] for key in keys]
+        return old, refs
+
+    def _skip(self, inner: InnerIterations) -> None:
+        """Skip the whole step: the masters go back to where it started."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if inner.updates:
+            self._restore(inner.before)
+        self.skipped_steps += 1
+        self.consecutive_skips += 1
+
+    def _count(self, sums: dict[str, float], est, ratio, kl, old_logp, ref) -> None:
+        """Add one micro-batch's units, clipped and clamped units, ratios, KL and estimator spread to ``sums``."""
+        config, u = self.config, est.units
+        high = config.clip_eps if config.clip_eps_high is None else config.clip_eps_high
+        sums["units"] += float(u.sum())
+        sums["clipped"] += float((((ratio < 1 - config.clip_eps) | (ratio > 1 + high)) & u).sum())
+        sums["clamped"] += float((clamped_units(est.logp, old_logp, ref) & u).sum())
+        sums["ratio"] += float((ratio.detach() * u).sum())
+        sums["kl"] += float((kl.detach() * u).sum())
+        sums["ratio_max"] = max(sums["ratio_max"], float(ratio.detach()[u].max()) if u.any() else 0.0)
+        if est.draw_values is not None and est.draw_values.shape[1] > 1:
+            sums["draw_std"] += float(est.draw_values.detach().std(1)[u].sum())
+            sums["draw_units"] += float(u.sum())
+
+    def _result(self, rollout: Rollout, inner: InnerIterations, step: int, start: float) -> StepResult:
+        """The step's statistics and consumption over all ranks; NonFiniteError after too many skips in a row."""
+        config, G, out, scores = self.config, self.config.group_size, rollout.generation, rollout.scores
+        iterations = inner.updates + (inner.failure is not None)  # the inner iterations that ran
+        groups = rollout.rewards.view(-1, G)
         totals = all_reduce_sums({
-            **sums, "samples": n, "tokens": sum(map(len, out.tokens)),
+            **inner.sums, "samples": len(rollout.rows), "tokens": sum(map(len, out.tokens)),
             "forward_tokens": out.forward_tokens + self.forward_tokens, "backward_tokens": self.backward_tokens,
             "reward_sum": sum(scores), "reward_squares": sum(r * r for r in scores),
             "zero_std_groups": float((groups.std(1) == 0).sum()), "groups": len(groups),
-            "completion_tokens": sum(out.lengths), "update_squares": self._update_squares(before),
+            "completion_tokens": sum(out.lengths), "update_squares": self._update_squares(inner.before),
         }, max_keys=("ratio_max",))
-        if failure is not None and self.consecutive_skips >= config.max_skipped_steps:
-            raise NonFiniteError(self._non_finite_message(step, *failure))
+        if inner.failure is not None and self.consecutive_skips >= config.max_skipped_steps:
+            raise NonFiniteError(self._non_finite_message(step, *inner.failure))
         consumption, stats = common_stats(totals, math.sqrt(totals["update_squares"]), time.perf_counter() - start,
                                           self.parameters)
         units = max(totals["units"], 1)
@@ -311,10 +357,11 @@ class GRPO:
             "clamped_frac": totals["clamped"] / units, "skipped_steps": float(self.skipped_steps),
             "kl": totals["kl"] / units, "ratio_mean": totals["ratio"] / units, "ratio_max": totals["ratio_max"],
             "estimator_std": totals["draw_std"] / max(totals["draw_units"], 1),
-            "grad_norm": grad_norm / iterations,
+            "grad_norm": inner.grad_norm / iterations,
             "completion_length": totals["completion_tokens"] / totals["samples"],
         }
-        sample = [{"prompt": i, "text": text, "reward": float(r)} for (i, _), text, r in zip(rows, out.texts, rewards)]
+        sample = [{"prompt": i, "text": text, "reward": float(r)}
+                  for (i, _), text, r in zip(rollout.rows, out.texts, rollout.rewards)]
         return StepResult(consumption, stats, sample[: 2 * G])
 
     def _non_finite_message(self, step: int, iteration: int, loss: float, norm: float, bad_rewards: float) -> str:

@@ -55,7 +55,7 @@ import torch
 from arena.config import Checked, build
 from arena.model.layout import (PackedLayout, block_causal_mask, causal_mask, step_ranks, step_views, sub_block_stream,
                                  sub_block_views)
-from arena.rng import torch_generator
+from arena.rng import D1Key, MaskKey, torch_generator
 
 
 @dataclass
@@ -137,7 +137,7 @@ def ar(policy, batch: ScoringBatch, key: tuple[int, ...]) -> Estimate:
 def d1(policy, batch: ScoringBatch, key: tuple[int, ...], p_mask: float) -> Estimate:
     n, T = batch.ids.shape
     device = batch.ids.device
-    uniforms = torch.stack([torch.rand(T, generator=torch_generator(*key, s, 0)) for s in batch.sample_ids]).to(device)
+    uniforms = torch.stack([torch.rand(T, generator=torch_generator(*key, s, D1Key.PROMPT_MASK)) for s in batch.sample_ids]).to(device)
     prompt = batch.valid & ~batch.completion
     masks = batch.completion | (prompt & (uniforms < p_mask))
     noisy = torch.where(masks, policy.mask_id, batch.ids)
@@ -167,7 +167,7 @@ def _maskable(batch: ScoringBatch, block_size: int) -> torch.Tensor:
     return batch.completion & (positions % block_size != 0)[None]
 
 
-def _draw_uniforms(batch: ScoringBatch, key, draws: int, shape, purpose: int) -> torch.Tensor:
+def _draw_uniforms(batch: ScoringBatch, key, draws: int, shape, purpose: MaskKey) -> torch.Tensor:
     """(n, draws, *shape) uniforms in (0, 1], keyed by (key..., sample, draw, purpose)."""
     return torch.stack([
         torch.stack([1.0 - torch.rand(shape, generator=torch_generator(*key, s, d, purpose)) for d in range(draws)])
@@ -201,8 +201,8 @@ def block_elbo(policy, batch: ScoringBatch, key: tuple[int, ...], draws: int, fo
     n, _, T = maskable.shape
     m = maskable.reshape(n, 1, -1, S).sum(-1).float()  # (n, 1, sub-blocks): m_s
     independent = draws // 2 if antithetic else draws
-    level = _draw_uniforms(batch, key, independent, (T // S,), purpose=0)  # (n, K', sub-blocks)
-    order = _draw_uniforms(batch, key, independent, (T,), purpose=1)  # (n, K', T)
+    level = _draw_uniforms(batch, key, independent, (T // S,), purpose=MaskKey.LEVEL)  # (n, K', sub-blocks)
+    order = _draw_uniforms(batch, key, independent, (T,), purpose=MaskKey.ORDER)  # (n, K', T)
     if form == "uniform":
         masks = (order <= _blocks(level, S)) & maskable
         coef = 1.0 / level
@@ -231,7 +231,7 @@ def block_gauss_legendre(policy, batch: ScoringBatch, key: tuple[int, ...], node
     maskable = _maskable(batch, policy.block_size)[:, None]
     n, _, T = maskable.shape
     t, w = (torch.tensor(v, dtype=torch.float32, device=maskable.device) for v in gauss_legendre_nodes(nodes))
-    order = _draw_uniforms(batch, key, nodes, (T,), purpose=1)  # one mask per node
+    order = _draw_uniforms(batch, key, nodes, (T,), purpose=MaskKey.ORDER)  # one mask per node
     if exact_count:
         m = maskable.reshape(n, 1, -1, S).sum(-1).float()
         count = torch.ceil(t[None, :, None] * m).clamp_min(1)  # (n, nodes, sub-blocks)

@@ -142,7 +142,6 @@ def test_find_runs_filters_by_every_tag_newest_first(uri):
     assert found[0].tags["arena.seed"] == "1" and found[0].tags["mlflow.parentRunId"] == parent
     assert [r.run_id for r in tracker.find_runs({"arena.arm": "b", "arena.seed": "0"})] == [made["b", "0"]]
     assert tracker.find_runs({"arena.arm": "it's not there"}) == []
-    assert {r.run_id for r in tracker.runs_of_study("toy")} == set(made.values())  # the parent is left out
     assert parent in {r.run_id for r in tracker.find_runs({"arena.study": "toy"})}
 
 

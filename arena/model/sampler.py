@@ -122,48 +122,75 @@ def generate(
     """Generate completions for token-id prompts (each non-empty). ``row_ids`` key each row's draws."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs one or more prompts, each with at least one token")
-    device, B, n = policy.device, policy.block_size, len(prompts)
     S = config.sub_block or policy.sub_block
-    if B % S:
-        raise ValueError(f"sub_block {S} must divide the block size {B}")
-    row_ids = list(range(n)) if row_ids is None else list(row_ids)
-    temps = torch.tensor(temperatures or [config.temperature] * n, dtype=torch.float32, device=device)
-    generators = [torch_generator(seed, r) for r in row_ids]
+    if policy.block_size % S:
+        raise ValueError(f"sub_block {S} must divide the block size {policy.block_size}")
+    decoding = Decoding(policy, prompts, config, S, seed, row_ids, temperatures)
+    decoding.open_first_block()
+    while True:
+        start = decoding.block_start
+        decoding.denoise(start)
+        if not decoding.close_block():
+            break
+        decoding.commit(start)
+    return decoding.generation()
 
-    # ---- layout: row r's first generation block is its block P_r // B; align them all at `base`
-    first = [len(p) // B for p in prompts]
-    tails = [len(p) - k * B for p, k in zip(prompts, first)]  # prompt tokens inside that block
-    n_blocks = [-(-(len(p) + config.max_new_tokens) // B) - k for p, k in zip(prompts, first)]
-    base = max(first)
-    offset = torch.tensor([(base - k) * B for k in first], device=device)  # left padding, whole blocks
-    prompt_blocks = torch.full((n, base * B), policy.pad_id, dtype=torch.long, device=device)
-    for r, p in enumerate(prompts):
-        if first[r]:
-            prompt_blocks[r, -first[r] * B :] = torch.tensor(p[: first[r] * B])
-    prompt_valid = torch.arange(base * B, device=device)[None] >= offset[:, None]
-    context = prompt_blocks[:, :0]  # committed tokens (kept only without the cache)
-    context_valid = prompt_valid[:, :0]
 
-    # ---- outputs, indexed by completion position c = g*B + j - tail (block g, in-block position j)
-    width = max(nb * B - t for nb, t in zip(n_blocks, tails))
-    tokens_out = torch.full((n, width), policy.pad_id, dtype=torch.long)
-    steps_out = torch.full((n, width), -1, dtype=torch.long)
-    probs_out = torch.zeros((n, width), dtype=torch.float64)
-    ends = [0] * n  # completion length covered by finished blocks
-    alive = torch.arange(n, device=device)  # original row of each batch slot
-    cache = PrefixCache() if config.use_cache else None
-    counters = {"step": 0, "forward_tokens": 0}
+class Decoding:
+    """The state of one batched ``generate``: the aligned layout, the current block, the rows still decoding
+    (``alive``: the original row of each batch slot) and what they have decoded."""
 
-    def forward(queries: torch.Tensor, queries_valid: torch.Tensor, start: int, commit: bool) -> torch.Tensor:
+    def __init__(self, policy: Policy, prompts: list[list[int]], config: SamplerConfig, sub_block: int, seed: int,
+                 row_ids: list[int] | None, temperatures: list[float] | None):
+        device, B, n = policy.device, policy.block_size, len(prompts)
+        self.policy, self.prompts, self.config, self.device = policy, prompts, config, device
+        self.B, self.S = B, sub_block
+        row_ids = list(range(n)) if row_ids is None else list(row_ids)
+        self.temps = torch.tensor(temperatures or [config.temperature] * n, dtype=torch.float32, device=device)
+        self.generators = [torch_generator(seed, r) for r in row_ids]
+
+        # ---- layout: row r's first generation block is its block P_r // B; align them all at `base`
+        self.first = [len(p) // B for p in prompts]
+        self.tails = [len(p) - k * B for p, k in zip(prompts, self.first)]  # prompt tokens inside that block
+        self.n_blocks = [-(-(len(p) + config.max_new_tokens) // B) - k for p, k in zip(prompts, self.first)]
+        self.base = max(self.first)
+        # left padding, whole blocks
+        self.offset = torch.tensor([(self.base - k) * B for k in self.first], device=device)
+        # the committed tokens (kept only without the cache) and their validity
+        self.context = torch.zeros((n, 0), dtype=torch.long, device=device)
+        self.context_valid = torch.zeros((n, 0), dtype=torch.bool, device=device)
+
+        # ---- outputs, indexed by completion position c = g*B + j - tail (block g, in-block position j)
+        width = max(nb * B - t for nb, t in zip(self.n_blocks, self.tails))
+        self.tokens_out = torch.full((n, width), policy.pad_id, dtype=torch.long)
+        self.steps_out = torch.full((n, width), -1, dtype=torch.long)
+        self.probs_out = torch.zeros((n, width), dtype=torch.float64)
+        self.ends = [0] * n  # completion length covered by finished blocks
+        self.alive = torch.arange(n, device=device)
+        self.cache = PrefixCache() if config.use_cache else None
+        self.step, self.forward_tokens = 0, 0
+        self.generated = 0  # blocks generated so far (same for every alive row)
+        # `pending` marks masked positions by state, not by token id, so a model that emits the mask id
+        # cannot confuse the loop (the scorer conditions on the same states).
+        self.block = torch.full((n, B), policy.mask_id, dtype=torch.long, device=device)
+        self.pending = torch.ones((n, B), dtype=torch.bool, device=device)
+
+    @property
+    def block_start(self) -> int:
+        """The physical position of the current block."""
+        return (self.base + self.generated) * self.B
+
+    def forward(self, queries: torch.Tensor, queries_valid: torch.Tensor, start: int, commit: bool) -> torch.Tensor:
         """Hidden states (rows, Q, d) of ``queries`` at physical positions [start, start+Q) after the committed context.
 
         Callers take logits only where they need them: the prompt prefix and a committed block need
         their last position alone (a full-vocabulary logit tensor per prefix position is gigabytes at 7B).
         """
-        nonlocal context, context_valid
+        policy, cache, B = self.policy, self.cache, self.B
         width_q = queries.shape[1]
-        keys_valid = torch.cat([context_valid, queries_valid], 1)
-        key_positions = (torch.arange(start + width_q, device=device)[None] - offset[alive][:, None]).clamp_min(0)
+        keys_valid = torch.cat([self.context_valid, queries_valid], 1)
+        key_positions = (torch.arange(start + width_q, device=self.device)[None]
+                         - self.offset[self.alive][:, None]).clamp_min(0)
         query_positions = key_positions[:, start:]
         if cache is not None:
             cache.commit = commit
@@ -171,90 +198,108 @@ def generate(
             hidden = policy.hidden(queries, query_positions, mask, cache=cache)
         else:
             mask = block_causal_mask(key_positions, key_positions, B, keys_valid)
-            hidden = policy.hidden(torch.cat([context, queries], 1), key_positions, mask)[:, start:]
+            hidden = policy.hidden(torch.cat([self.context, queries], 1), key_positions, mask)[:, start:]
         if commit:
-            context_valid = keys_valid
+            self.context_valid = keys_valid
             if cache is None:
-                context = torch.cat([context, queries], 1)
-        counters["step"] += 1
-        counters["forward_tokens"] += mask.shape[0] * mask.shape[2]
+                self.context = torch.cat([self.context, queries], 1)
+        self.step += 1
+        self.forward_tokens += mask.shape[0] * mask.shape[2]
         return hidden
 
-    def record(slot: int, c: int, token: int, prob: float) -> None:
-        r = int(alive[slot])
-        tokens_out[r, c], steps_out[r, c], probs_out[r, c] = token, counters["step"], prob
+    def record(self, slot: int, c: int, token: int, prob: float) -> None:
+        r = int(self.alive[slot])
+        self.tokens_out[r, c], self.steps_out[r, c], self.probs_out[r, c] = token, self.step, prob
 
-    def first_tokens(last_logits: torch.Tensor, slots: list[int], block_start: list[int]) -> torch.Tensor:
+    def first_tokens(self, last_logits: torch.Tensor, slots: list[int], block_start: list[int]) -> torch.Tensor:
         """AR step: draw the first token of each row's next block from its previous block's last logit."""
-        rows = [int(alive[s]) for s in slots]
-        u = torch.stack([torch.rand((), generator=generators[r], dtype=torch.float64) for r in rows]).to(device)
-        tokens, probs = draw(last_logits[slots], temps[rows], config.top_p, u.float())
+        rows = [int(self.alive[s]) for s in slots]
+        u = torch.stack([torch.rand((), generator=self.generators[r], dtype=torch.float64) for r in rows])
+        u = u.to(self.device)
+        tokens, probs = draw(last_logits[slots], self.temps[rows], self.config.top_p, u.float())
         for s, c, t, p in zip(slots, block_start, tokens.tolist(), probs.tolist()):
-            record(s, c, t, p)
+            self.record(s, c, t, p)
         return tokens
 
-    # `pending` marks masked positions by state, not by token id, so a model that emits the mask id
-    # cannot confuse the loop (the scorer conditions on the same states).
-    block = torch.full((n, B), policy.mask_id, dtype=torch.long, device=device)
-    pending = torch.ones((n, B), dtype=torch.bool, device=device)
-    for r, p in enumerate(prompts):
-        block[r, : tails[r]] = torch.tensor(p[first[r] * B :], dtype=torch.long)
-        pending[r, : max(tails[r], 1)] = False
-    if base > 0:  # full prompt blocks in one forward; prompts ending on a boundary take an AR first token
-        last = policy.logits(forward(prompt_blocks, prompt_valid, 0, commit=True)[:, -1])
-        ar_slots = [r for r in range(n) if tails[r] == 0]
-        if ar_slots:
-            block[ar_slots, 0] = first_tokens(last, ar_slots, [0] * len(ar_slots))
+    def open_first_block(self) -> None:
+        """The prompt tails into the first generation block; full prompt blocks in one forward, and an AR first
+        token for prompts that end on a block boundary."""
+        policy, B, n, device = self.policy, self.B, len(self.prompts), self.device
+        prompt_blocks = torch.full((n, self.base * B), policy.pad_id, dtype=torch.long, device=device)
+        for r, p in enumerate(self.prompts):
+            if self.first[r]:
+                prompt_blocks[r, -self.first[r] * B :] = torch.tensor(p[: self.first[r] * B])
+        prompt_valid = torch.arange(self.base * B, device=device)[None] >= self.offset[:, None]
+        for r, p in enumerate(self.prompts):
+            self.block[r, : self.tails[r]] = torch.tensor(p[self.first[r] * B :], dtype=torch.long)
+            self.pending[r, : max(self.tails[r], 1)] = False
+        if self.base > 0:
+            last = policy.logits(self.forward(prompt_blocks, prompt_valid, 0, commit=True)[:, -1])
+            ar_slots = [r for r in range(n) if self.tails[r] == 0]
+            if ar_slots:
+                self.block[ar_slots, 0] = self.first_tokens(last, ar_slots, [0] * len(ar_slots))
 
-    generated = 0  # blocks generated so far (same for every alive row)
-    while True:
-        start = (base + generated) * B
-        # ---- denoise the current block, sub-block by sub-block
+    def denoise(self, start: int) -> None:
+        """Denoise the current block at physical position ``start``, sub-block by sub-block."""
+        config, B, S, device, pending = self.config, self.B, self.S, self.device, self.pending
         while pending.any():
-            logits = shift_logits(policy.logits(forward(block, torch.ones_like(pending), start, commit=False)))
+            logits = shift_logits(self.policy.logits(self.forward(self.block, torch.ones_like(pending), start,
+                                                                  commit=False)))
             sub_of_first_mask = pending.float().argmax(1) // S
             in_sub = pending & (torch.arange(B, device=device)[None] // S == sub_of_first_mask[:, None])
             for slot in pending.any(1).nonzero().flatten().tolist():
-                r = int(alive[slot])
+                r = int(self.alive[slot])
                 candidates = in_sub[slot].nonzero().flatten()
-                u = torch.rand(2, B, generator=generators[r], dtype=torch.float64)[:, : len(candidates)].to(device)
-                tokens, probs = draw(logits[slot, candidates], temps[r].expand(len(candidates)), config.top_p, u[0].float())
+                u = torch.rand(2, B, generator=self.generators[r], dtype=torch.float64)[:, : len(candidates)].to(device)
+                tokens, probs = draw(logits[slot, candidates], self.temps[r].expand(len(candidates)), config.top_p,
+                                     u[0].float())
                 if config.order == "random":
                     chosen = u[1].argmax()[None]
                 else:
-                    chosen = ((probs > config.threshold) | (torch.arange(len(probs), device=device) == probs.argmax())).nonzero().flatten()
+                    chosen = ((probs > config.threshold)
+                              | (torch.arange(len(probs), device=device) == probs.argmax())).nonzero().flatten()
                 for c in chosen.tolist():
                     j = int(candidates[c])
-                    block[slot, j], pending[slot, j] = tokens[c], False
-                    record(slot, generated * B + j - tails[r], int(tokens[c]), float(probs[c]))
-        # ---- rows that produced the stop token or reached their length end here
-        generated += 1
+                    self.block[slot, j], pending[slot, j] = tokens[c], False
+                    self.record(slot, self.generated * B + j - self.tails[r], int(tokens[c]), float(probs[c]))
+
+    def close_block(self) -> bool:
+        """End the rows that produced the stop token or reached their length; whether any row goes on."""
+        self.generated += 1
         keep = []
-        for slot, r in enumerate(alive.tolist()):
-            ends[r] = generated * B - tails[r]
-            if not ((tokens_out[r, : ends[r]] == policy.eos_id).any() or generated >= n_blocks[r]):
+        for slot, r in enumerate(self.alive.tolist()):
+            self.ends[r] = self.generated * self.B - self.tails[r]
+            stopped = (self.tokens_out[r, : self.ends[r]] == self.policy.eos_id).any()
+            if not (stopped or self.generated >= self.n_blocks[r]):
                 keep.append(slot)
         if not keep:
-            break
-        keep_t = torch.tensor(keep, device=device)
-        alive, block = alive[keep_t], block[keep_t]
-        context, context_valid = context[keep_t], context_valid[keep_t]
-        if cache is not None:
-            cache.select(keep_t)
-        # ---- commit the completed block; its last logit gives the next block's first token
-        last = policy.logits(forward(block, torch.ones_like(block, dtype=torch.bool), start, commit=True)[:, -1])
-        block = torch.full_like(block, policy.mask_id)
-        pending = torch.ones_like(block, dtype=torch.bool)
-        pending[:, 0] = False
-        starts = [generated * B - tails[r] for r in alive.tolist()]
-        block[:, 0] = first_tokens(last, list(range(len(alive))), starts)
+            return False
+        keep_t = torch.tensor(keep, device=self.device)
+        self.alive, self.block = self.alive[keep_t], self.block[keep_t]
+        self.context, self.context_valid = self.context[keep_t], self.context_valid[keep_t]
+        if self.cache is not None:
+            self.cache.select(keep_t)
+        return True
 
-    tokens = [tokens_out[r, : ends[r]].tolist() for r in range(n)]
-    lengths = [t.index(policy.eos_id) + 1 if policy.eos_id in t else len(t) for t in tokens]
-    return Generation(
-        prompts=[list(p) for p in prompts], tokens=tokens,
-        steps=[steps_out[r, : ends[r]].tolist() for r in range(n)],
-        probs=[probs_out[r, : ends[r]].tolist() for r in range(n)],
-        lengths=lengths, forward_tokens=counters["forward_tokens"],
-        texts=[policy.decode(t[: k - (t[k - 1 : k] == [policy.eos_id])]) for t, k in zip(tokens, lengths)],
-    )
+    def commit(self, start: int) -> None:
+        """Commit the completed block at ``start``; its last logit gives the next block's first token."""
+        policy, B = self.policy, self.B
+        last = policy.logits(self.forward(self.block, torch.ones_like(self.block, dtype=torch.bool), start,
+                                          commit=True)[:, -1])
+        self.block = torch.full_like(self.block, policy.mask_id)
+        self.pending = torch.ones_like(self.block, dtype=torch.bool)
+        self.pending[:, 0] = False
+        starts = [self.generated * B - self.tails[r] for r in self.alive.tolist()]
+        self.block[:, 0] = self.first_tokens(last, list(range(len(self.alive))), starts)
+
+    def generation(self) -> Generation:
+        policy, n = self.policy, len(self.prompts)
+        tokens = [self.tokens_out[r, : self.ends[r]].tolist() for r in range(n)]
+        lengths = [t.index(policy.eos_id) + 1 if policy.eos_id in t else len(t) for t in tokens]
+        return Generation(
+            prompts=[list(p) for p in self.prompts], tokens=tokens,
+            steps=[self.steps_out[r, : self.ends[r]].tolist() for r in range(n)],
+            probs=[self.probs_out[r, : self.ends[r]].tolist() for r in range(n)],
+            lengths=lengths, forward_tokens=self.forward_tokens,
+            texts=[policy.decode(t[: k - (t[k - 1 : k] == [policy.eos_id])]) for t, k in zip(tokens, lengths)],
+        )

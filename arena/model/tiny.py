@@ -46,7 +46,7 @@ from arena.model.layout import PackedLayout
 from arena.model.policy import MASK_TOKEN, CheckpointError, Policy, save_checkpoint
 from arena.model.sampler import SamplerConfig, generate
 from arena.progress import Progress
-from arena.rng import numpy_generator, torch_generator
+from arena.rng import PretrainKey, numpy_generator, torch_generator
 
 SPECIALS = ["<|endoftext|>", "<|im_end|>", MASK_TOKEN, "<unk>"]
 CHARS = [chr(i) for i in range(32, 127)] + ["\n"]
@@ -110,7 +110,7 @@ def init_weights(model, seed: int) -> None:
 
     The generator lives on the model's device (a 7B-shaped model is built on the GPU; on the CPU the
     stream is the one the shipped checkpoint was trained from)."""
-    generator = torch_generator(seed, 0, device=next(model.parameters()).device)
+    generator = torch_generator(seed, PretrainKey.INIT, device=next(model.parameters()).device)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
             if name.endswith("bias"):
@@ -233,7 +233,7 @@ def level_examples(task, config: TinyConfig, step: int) -> list[dict]:
     weights = torch.tensor(config.level_weights)
     if len(weights) != len(task.levels):
         raise ValueError(f"level_weights {config.level_weights} must have one weight per level {task.levels}")
-    picks = torch.multinomial(weights, config.batch, replacement=True, generator=torch_generator(config.seed, 1, step))
+    picks = torch.multinomial(weights, config.batch, replacement=True, generator=torch_generator(config.seed, PretrainKey.LEVELS, step))
     pool = task.examples("train", n=4 * config.batch, seed=config.seed * 1_000_003 + step)
     by_level = {}
     for example in pool:
@@ -277,9 +277,9 @@ def _pretrain(config: TinyConfig, path: Path, progress: bool) -> dict:
     bar = Progress("pretrain tiny", config.steps, "steps", enabled=progress)
     every = max(1, config.steps // 10)  # outside a terminal: a line per tenth of the steps
     for step in range(config.steps):
-        teacher_rng = numpy_generator(config.seed, 3, step)
+        teacher_rng = numpy_generator(config.seed, PretrainKey.TEACHER, step)
         ids, valid, target = training_batch(policy, level_examples(task, config, step), task, teacher_rng)
-        loss = diffusion_loss(policy, ids, valid, target, torch_generator(config.seed, 2, step))
+        loss = diffusion_loss(policy, ids, valid, target, torch_generator(config.seed, PretrainKey.MASKS, step))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -237,7 +237,7 @@ def write_study_report(study, tracker, directory: Path, x: str | None = None, lo
         report.figures["final_tail_gain"] = gain_figure(results, table, colors)
         report.figures["tail_profile"] = profile_figure(results, colors)
         for name, figure in report.figures.items():
-            report.paths += figures.save(figure, directory, name)
+            report.paths += figures.save_figure(figure, directory, name)
     for name, text in (("summary.md", tables.markdown(table, setup(results))),
                        ("table.tex", tables.latex(table, setup(results)))):
         (directory / name).write_text(text)

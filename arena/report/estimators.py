@@ -1,5 +1,5 @@
 """The estimator report: ``arena estimators`` writes estimators.json (the records), estimators.md (the table)
-and estimators.png (the figure) from what ``arena.estimators.measure`` returned; nothing here measures."""
+and estimators.png (the figure) from what ``arena.estimator_bench.measure`` returned; nothing here measures."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from arena.estimators import Measurement
+    from arena.estimator_bench import Measurement
 
 ESTIMATOR_COLUMNS = """\
 Columns (nats per completion block unless said otherwise):

@@ -201,7 +201,7 @@ def profile_figure(start: np.ndarray, profiles: list[Curve], gains: list[Curve],
     return figure
 
 
-def save(figure, directory: Path, name: str) -> list[Path]:
+def save_figure(figure, directory: Path, name: str) -> list[Path]:
     """The figure as ``name.png`` (300 dpi) and ``name.pdf`` in ``directory``."""
     paths = [directory / f"{name}.{suffix}" for suffix in FORMATS]
     for path in paths:

@@ -33,11 +33,10 @@ from typing import Callable
 
 import numpy as np
 
-from arena.rng import numpy_generator
+from arena.rng import StatsKey, numpy_generator
 
 LEVEL = 0.95
 EVALUATION_RESAMPLES = 1000
-EVALUATION_KEY = 12  # the key of the prompt bootstrap: (EVALUATION_KEY, draw), the same resamples for every arm
 
 SEEDS_ONLY = "95% t interval over seeds, given the evaluation draw"
 SEEDS_AND_EVALUATION = "95% interval over seeds and evaluation draws"
@@ -155,7 +154,7 @@ def evaluation_variance(terms: list[tuple[float, list[Draw]]], statistic: Statis
     total = 0.0
     for d in range(count):
         n = terms[0][1][d].start.shape[-1]
-        index = numpy_generator(EVALUATION_KEY, d).integers(0, n, (resamples, n))
+        index = numpy_generator(StatsKey.PROMPT_BOOTSTRAP, d).integers(0, n, (resamples, n))  # alike for every arm
         combined = np.zeros(resamples)
         with warnings.catch_warnings():  # a resample without a hard prompt is nan (hard_gain), and skipped
             warnings.simplefilter("ignore", RuntimeWarning)

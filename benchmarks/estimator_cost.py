@@ -1,6 +1,6 @@
 """Estimator cost on the tiny model on CPU: the shared clean stream, and packed vs per-block scoring.
 
-    python -m benchmarks.estimators [--model tiny|random] [--batch 4] [--lengths 64,256] [--repeats 3]
+    python -m benchmarks.estimator_cost [--model tiny|random] [--batch 4] [--lengths 64,256] [--repeats 3]
 
 Run from the repository root (see ``benchmarks.sampler_and_scoring`` for ``--model``). Every ratio
 compares two paths measured in the same run; times are medians over ``--repeats`` runs after a warm-up.

@@ -47,6 +47,7 @@ import torch
 from tqdm import tqdm
 
 from arena.config import problems_of
+from arena.rng import BenchKey
 from arena.model.sampler import SamplerConfig, generate
 from methods.likelihood import ESTIMATORS, ScoringBatch, estimate
 from methods.oracle import completion_blocks
@@ -172,14 +173,15 @@ def exact_references(policy, batch: ScoringBatch, prompts, completions, progress
 
 @torch.no_grad()
 def monte_carlo_reference(policy, batch: ScoringBatch, seed: int, calls: int, progress: bool):
-    """(n, blocks) mean and variance of the mean of a count-form ELBO of ``calls`` x 16 draws, keys (seed, 1, call)."""
+    """(n, blocks) mean and variance of the mean of a count-form ELBO of ``calls`` x 16 draws, keyed
+    (seed, BenchKey.REFERENCE, call)."""
     n, T = batch.ids.shape
     per_call = max(1, CHUNK_TOKENS // (T * (1 + REFERENCE_CALL_DRAWS)))
     samples = []
     for call in tqdm(range(calls), desc="reference ELBO", disable=not progress):
         values = []
         for start in range(0, n, per_call):
-            est = estimate("elbo", policy, batch.rows(slice(start, start + per_call)), (seed, 1, call),
+            est = estimate("elbo", policy, batch.rows(slice(start, start + per_call)), (seed, BenchKey.REFERENCE, call),
                            draws=REFERENCE_CALL_DRAWS, form="count")
             values.append(est.draw_values)
         samples.append(torch.cat(values))
@@ -225,10 +227,10 @@ def measure(policy, prompts: list[list[int]], draws=(1, 2, 4, 8), nodes=(1, 2, 3
         calls = -(-reference_draws // REFERENCE_CALL_DRAWS)
         reference, reference_var = monte_carlo_reference(policy, batch, seed, calls, progress)
         exact_logp, reference_draws = None, calls * REFERENCE_CALL_DRAWS
-    score(policy, batch.rows(slice(0, 1)), Setting("masked", {}), (seed, 0, 0), 1)  # warm-up, untimed
+    score(policy, batch.rows(slice(0, 1)), Setting("masked", {}), (seed, BenchKey.MEASURED, 0), 1)  # warm-up, untimed
     records = []
     for setting in tqdm(settings(list(draws), list(nodes)), desc="estimators", disable=not progress):
-        values, tokens, seconds = score(policy, batch, setting, (seed, 0, 0), repeats)
+        values, tokens, seconds = score(policy, batch, setting, (seed, BenchKey.MEASURED, 0), repeats)
         records.append({
             "estimator": setting.estimator, "variant": setting.variant, "options": setting.options,
             "draws": setting.options.get("draws"), "nodes": setting.options.get("nodes"), "block_size": B, "sub_block": S,

@@ -11,9 +11,9 @@ import json
 import pytest
 
 from arena.cli import build_parser
-from arena.estimators import measure, settings
+from arena.estimator_bench import measure, settings
 from arena.report import write_estimators
-import arena.estimators
+import arena.estimator_bench
 from methods.likelihood import ESTIMATORS
 from rewards import get_task
 
@@ -36,7 +36,7 @@ def test_samples_with_the_policys_sub_block(tiny_policy, monkeypatch):
     """The completions come from the random-order sampler with the policy's own sub-block (2 in blocks of 4),
     their steps recorded, and the scoring batch carries that sub-block."""
     seen = {}
-    generate, score = arena.estimators.generate, arena.estimators.score
+    generate, score = arena.estimator_bench.generate, arena.estimator_bench.score
 
     def recording_generate(policy, prompts, config, seed):
         seen["config"] = config
@@ -46,8 +46,8 @@ def test_samples_with_the_policys_sub_block(tiny_policy, monkeypatch):
         seen.setdefault("batches", []).append(batch)
         return score(policy, batch, setting, key, repeats)
 
-    monkeypatch.setattr(arena.estimators, "generate", recording_generate)
-    monkeypatch.setattr(arena.estimators, "score", recording_score)
+    monkeypatch.setattr(arena.estimator_bench, "generate", recording_generate)
+    monkeypatch.setattr(arena.estimator_bench, "score", recording_score)
     measured = measure(tiny_policy, arithmetic_prompts(tiny_policy, 2), draws=(1,), nodes=(1,), repeats=2,
                        max_new_tokens=4, progress=False)
     assert (seen["config"].order, seen["config"].sub_block, seen["config"].temperature) == ("random", 2, 1.0)
