@@ -3,7 +3,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from arena.config import Checked
+from methods.base import MethodConfig
 from methods.block_grpo import BlockGRPO
 from rewards.noisy_arithmetic import NoisyArithmeticTask
 
@@ -39,7 +39,7 @@ def not_a_task():
 
 
 @dataclass
-class StayConfig(Checked):
+class StayConfig(MethodConfig):
     lr: float = 0.1
     mode: str = "still"
 
