@@ -99,8 +99,10 @@ class MethodConfig(Checked):
         return set()
 
     def tags(self) -> dict[str, str]:
-        """MLflow tags of a run with this config, beyond the method's name (``arena.estimator``, say)."""
-        return {}
+        """MLflow tags of a run with this config, beyond the method's name: a field named ``estimator`` is the
+        run's ``arena.estimator``."""
+        named = {f.name for f in dataclasses.fields(self)}
+        return {"arena.estimator": str(self.estimator)} if "estimator" in named else {}
 
     def samples_per_step(self, prompts: int) -> int | None:
         """Completions one step generates from ``prompts`` prompts; None when it does not say (a plan prints '?')."""

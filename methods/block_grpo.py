@@ -50,9 +50,6 @@ class BlockGRPOConfig(GRPOConfig):
         every = {f.name for name in BLOCK_ESTIMATORS for f in fields(ESTIMATORS[name].options)}
         return every - set(self.estimator_options())
 
-    def tags(self) -> dict[str, str]:
-        return {"arena.estimator": self.estimator}
-
     def problems(self):
         yield from super().problems()
         yield from problems_of(ESTIMATORS[self.estimator].options, **self.estimator_options())

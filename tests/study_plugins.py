@@ -3,6 +3,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from arena.config import Checked
 from methods.base import MethodConfig
 from methods.block_grpo import BlockGRPO
 from rewards.noisy_arithmetic import NoisyArithmeticTask
@@ -78,3 +79,14 @@ class NaNGradientGRPO(BlockGRPO):
         super().__init__(policy, config, seed)
         policy.model.get_output_embeddings().weight.register_hook(lambda gradient: gradient * math.nan)
 
+
+
+@dataclass
+class PlainConfig(Checked):
+    lr: float = 0.1
+
+
+class PlainConfigMethod:
+    """A method whose Config is a checked dataclass but no MethodConfig: arena cannot ask it what it needs."""
+
+    Config = PlainConfig

@@ -115,6 +115,19 @@ def test_defaults_and_a_seed_count(tmp_path):
     assert study.task == TaskSpec("noisy_arithmetic", (1,))
 
 
+def test_a_run_holds_its_arms_config_built_once(tmp_path, monkeypatch):
+    study = load_study(write(tmp_path, VALID))
+    built = []
+    monkeypatch.setattr("arena.study.build", lambda *args, **kwargs: built.append(args))
+    runs = study.runs()
+    assert all(run.config is study.arms[run.arm].config for run in runs) and built == []
+    assert runs[0].config.estimator == "elbo" and runs[0].config.draws == 2
+    monkeypatch.undo()
+    alone = dataclasses.replace(runs[0], config=None)  # a run made without its arm builds its own
+    assert alone.config == runs[0].config and alone.config is not runs[0].config
+    assert alone.config_hash == runs[0].config_hash
+
+
 def test_the_profile_is_part_of_every_hash_and_sections_stay_replaceable(tmp_path):
     study = load_study(write(tmp_path, VALID))
     quick = dataclasses.replace(study, profile="quick", model="tiny")

@@ -82,11 +82,11 @@ class TuneFile(Section):
     name: str = ""  # "": the file's stem
     arms: object = None
     space: object = None
-    trials_per_arm: int = field(default=0, metadata={REQUIRED: "here or as --trials-per-arm N"})
+    trials_per_arm: object = field(default=None, metadata={REQUIRED: "here or as --trials-per-arm N"})
     objective: Literal[OBJECTIVES] = "tail_gain"
     seeds: object = 1
-    evaluation: object = None
-    budget: object = None
+    evaluation: object = field(default_factory=dict)
+    budget: object = field(default_factory=dict)
     pruner: PrunerSpec = field(default_factory=PrunerSpec)
     sampler: SamplerSpec = field(default_factory=SamplerSpec)
     seed: int = 0
@@ -96,7 +96,7 @@ class TuneFile(Section):
     def problems(self):
         if not NAME.fullmatch(self.name):
             yield "name", f"must use only letters, digits, _ . - (it names files), got {self.name!r}"
-        if self.trials_per_arm < 1:
+        if type_problem(self.trials_per_arm, int) or self.trials_per_arm < 1:
             yield "trials_per_arm", f"expected an integer >= 1, got {self.trials_per_arm!r}"
         if self.seed < 0:
             yield "seed", f"must be >= 0, got {self.seed!r}"
@@ -215,18 +215,8 @@ def load_tune(path, profile: str | None = None, trials_per_arm: int | None = Non
         raise StudyError(located(problems, source, lines).problems + study_problems)
     arms = tuned_arms(raw.get("arms"), base, problems)
     space = search_space(raw.get("space"), arms, base, problems)
-    shared = {}
-    for key, cls, default in (("evaluation", EvaluationSpec, {"seed": base.evaluation.seed + 1, "split": "train"}),
-                              ("budget", BudgetSpec, {})):
-        given_section = raw.get(key) or {}
-        if not isinstance(given_section, dict):
-            problems.append(Problem(key, f"expected a mapping merged over the study's {key}, got {given_section!r}"))
-            given_section = {}
-        try:
-            shared[key] = build(cls, {**plain(getattr(base, key)), **default, **given_section}, where=key)
-        except ConfigError as error:
-            problems += error.problems
-    seeds = trial_seeds(raw.get("seeds", 1), base, problems)
+    shared = trial_sections(raw, base, problems)
+    seeds = trial_seeds(raw.get("seeds"), base, problems)
     if problems:
         raise located(problems, source, lines)
     first = arms[0]
@@ -288,8 +278,27 @@ def search_space(given, arms: list[str], base: Study, problems: list) -> dict:
     return space
 
 
+def trial_sections(raw: dict, base: Study, problems: list) -> dict:
+    """A trial's evaluation and budget: the tune file's, merged over the study's (evaluation: on the training
+    split, seeded one past the study's, unless the tune file says otherwise)."""
+    shared = {}
+    for key, cls, default in (("evaluation", EvaluationSpec, {"seed": base.evaluation.seed + 1, "split": "train"}),
+                              ("budget", BudgetSpec, {})):
+        given = raw.get(key) or {}
+        if not isinstance(given, dict):
+            problems.append(Problem(key, f"expected a mapping merged over the study's {key}, got {given!r}"))
+            given = {}
+        try:
+            shared[key] = build(cls, {**plain(getattr(base, key)), **default, **given}, where=key)
+        except ConfigError as error:
+            problems += error.problems
+    return shared
+
+
 def trial_seeds(seeds, base: Study, problems: list) -> list[int]:
-    """A trial's training seeds: a count n (the first n integers that are not seeds of the study) or a list."""
+    """A trial's training seeds: a count n (the first n integers that are not seeds of the study; null: 1) or a
+    list."""
+    seeds = 1 if seeds is None else seeds
     if type(seeds) is int and seeds >= 1:
         free = (s for s in range(len(base.seeds) + seeds) if s not in base.seeds)
         return [next(free) for _ in range(seeds)]
