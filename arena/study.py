@@ -200,7 +200,7 @@ class ArmSpec(Section):
             yield "method", "required: a registered method or an import path 'package.module:Name'"
         else:
             try:
-                self.config  # noqa: B018 (built here, once, so that its problems are the arm's)
+                self.config  # built here, once: its problems are the arm's
             except ConfigError as error:
                 yield from ((p.path, p.message) for p in error.problems)
         for key, value in self.overrides.items():

@@ -1,7 +1,9 @@
-"""The one validator: every problem of a config at once, each named by its path."""
+"""The one validator: every problem of a config at once, each named by its path, all the way down."""
+from dataclasses import dataclass, field
+
 import pytest
 
-from arena.config import ConfigError, build
+from arena.config import CONVERT, REQUIRED, Checked, ConfigError, build, import_path
 from methods import get_method
 from methods.likelihood import ESTIMATORS, ScoringBatch, estimate
 
@@ -65,11 +67,6 @@ def test_estimator_options_have_one_default_and_one_check():
 
 # ---------------------------------------------------------------------------------------------
 # all the way down: nested configs, named entries, converters, required options
-
-
-from dataclasses import dataclass, field  # noqa: E402
-
-from arena.config import CONVERT, REQUIRED, Checked, import_path  # noqa: E402
 
 
 @dataclass(frozen=True)

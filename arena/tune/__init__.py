@@ -42,7 +42,8 @@ trial left RUNNING by a dead process (this machine: its pid is gone; another: no
 its runs from their checkpoints. The recipe and the details: docs/reporting.md, "Tuning".
 
 In code: ``load_tune(path, profile, trials_per_arm)`` parses and validates (every problem at once, with
-its line); ``sweep(tune, placement, uri, workdir, out)`` runs and writes ``best.yaml``.
+its line); ``describe_tune(tune, workdir)`` is what ``--dry-run`` prints; ``sweep(tune, placement, uri, workdir,
+out)`` runs and writes ``best.yaml``.
 """
 from arena.tune.spec import PrunerSpec, SamplerSpec, Tune, TuneFile, describe_tune, load_tune
 from arena.tune.sweep import SweepResult, sweep
