@@ -228,7 +228,7 @@ def cmd_tune(args) -> None:
 
         spec = dataclasses.replace(spec, storage=args.storage)
     if args.dry_run:
-        print(tuning.plan(spec, args.workdir))
+        print(tuning.describe_tune(spec, args.workdir))
         return
     placement = Placement.auto(args.jobs, args.devices, len(spec.arms) * spec.trials_per_arm)
     result = tuning.sweep(spec, placement, args.tracking_uri, args.workdir, args.out or Path("reports") / spec.name)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from arena.budget import UNITS, evaluation_points
 from arena.evaluate import Evaluator, lower_cvar
-from arena.study import digest, load_task, plain
+from arena.study import digest, plain
+from rewards import load_task
 
 SHARPEN_GRID = (0.0, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # τ: 0 is greedy, 1 the start policy itself
 
@@ -79,7 +80,7 @@ def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workd
     if action == "skip":
         return Outcome(control.arm, 0, run_id, "skipped")
     policy = load_policy(control.model, device=device)
-    task = load_task(control.task)
+    task = load_task(control.task.name, control.task.levels)
     spec = control.evaluation
     evaluator = Evaluator(task, spec, policy.tokenizer, control.task.source)
     start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, control))

@@ -36,9 +36,10 @@ from arena.budget import Consumption, Meter, evaluation_points
 from arena.evaluate import Evaluation, Evaluator, checked_reward
 from arena.progress import Progress
 from arena.rng import RunKey, seed_of
-from arena.study import digest, load_task, method_class
-from methods import fsdp
+from arena.study import digest
+from methods import fsdp, method_class
 from methods.base import all_reduce_sums, world
+from rewards import load_task
 
 DRAW_METRICS = ("tail_gain", "mean_gain", "hard_gain", "tail_reward")  # logged per extra evaluation draw
 SHARDS = "shards"  # a sharded (FSDP) checkpoint's method state: the folder shards-<point> beside checkpoint.pt
@@ -270,10 +271,9 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
         return Outcome(run.arm, run.seed, run_id, "skipped")
 
     policy = load_policy(run.model, device=device)
-    task = load_task(run.task)
-    config = run.config()
+    task = load_task(run.task.name, run.task.levels)
     initial = initial_weights(policy.model)
-    method = method_class(run.method)(policy, config, run.seed)
+    method = method_class(run.method)(policy, run.config, run.seed)
     initial = own_shards(policy.model, initial)  # FSDP: each rank compares its own shards
     sharded = fsdp.is_sharded(policy.model)
     evaluator = Evaluator(task, run.evaluation, policy.tokenizer, run.task.source)
@@ -288,7 +288,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
         tracker.log_missing(run_id, state.rows)
     else:
         discard_checkpoint(checkpoint_path)
-        run_id = shared(tracker.start_run(f"{run.arm}/seed{run.seed}", parent_id, {**tags, **run_tags(run, config)},
+        run_id = shared(tracker.start_run(f"{run.arm}/seed{run.seed}", parent_id, {**tags, **run_tags(run)},
                                           run.resolved()))
         tracker.log_text(run_id, study.resolved_yaml(), "study.yaml")
         state = Checkpoint()
@@ -365,12 +365,9 @@ def start_key(run) -> str:
     return digest([run.model, run.task, run.evaluation, run.profile])
 
 
-def run_tags(run, config) -> dict[str, str]:
-    tags = {"arena.method": run.method, "arena.git_commit": git_commit(), "arena.profile": run.profile or "none",
-            "arena.processes": str(world()[1])}
-    if hasattr(config, "estimator"):
-        tags["arena.estimator"] = str(config.estimator)
-    return tags
+def run_tags(run) -> dict[str, str]:
+    return {"arena.method": run.method, "arena.git_commit": git_commit(), "arena.profile": run.profile or "none",
+            "arena.processes": str(world()[1]), **run.config.tags()}
 
 
 def git_commit() -> str:

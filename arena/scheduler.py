@@ -320,14 +320,7 @@ def select(runs, only: dict[str, str]) -> list:
 
 def samples_per_step(run) -> int | None:
     """Completions one step of the run's method generates, when its config says (GRPO family, ES)."""
-    config = run.config()
-    prompts = run.train.prompts_per_step
-    if hasattr(config, "population"):
-        samples = getattr(config, "samples_per_member", 1)  # decodes per prompt and member
-        return config.population * min(config.prompts_per_member or prompts, prompts) * samples
-    if hasattr(config, "group_size"):
-        return config.group_size * prompts
-    return None
+    return run.config.samples_per_step(run.train.prompts_per_step)
 
 
 def plan(study, runs) -> str:

@@ -57,18 +57,18 @@ Numbers like ``1e-4`` read as numbers (YAML 1.2), not as text. Errors read
 ``studies/x.yaml:12: arms.grpo.options.lr: must be > 0, got -1``, all of them in one ``StudyError``.
 
 In code: ``load_study(path)`` parses and validates; ``validate(raw, source)`` validates an already parsed
-(perhaps rewritten) dict; ``Study.runs()`` gives one ``RunSpec`` per (arm, seed), each with its config hash;
-``method_class(name)`` and ``load_task(task_spec)`` resolve the names a study uses.
+(perhaps rewritten) dict, in one ``arena.config.build`` of ``Study``; ``Study.runs()`` gives one ``RunSpec``
+per (arm, seed), each with its built method config and its config hash. The names a study uses resolve where
+they are registered: ``methods.method_class(name)``, ``rewards.load_task(name, levels)``.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
-import importlib
 import json
 import math
 import re
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -76,8 +76,11 @@ from typing import Literal
 import yaml
 
 from arena.budget import MAX_MARK, UNITS
-from arena.config import Checked, ConfigError, Problem, build, join, type_problem, unknown_key
+from arena.config import (CONVERT, REQUIRED, Checked, ConfigError, Located, Problem, StudyError, build, located,
+                          read_yaml, unknown_key)
 from arena.profiles import apply_profile
+from methods import MethodConfig, method_class, method_family
+from rewards import load_task
 
 NAME = re.compile(r"[A-Za-z0-9_.-]+")
 DEFAULT_TASK = {"name": "noisy_arithmetic", "levels": [1, 2]}
@@ -106,7 +109,7 @@ class TaskSpec(Section):
         if self.source not in (None, "hub") and not Path(self.source).expanduser().exists():
             yield "source", f"no such file {self.source!r} (a local file, or 'hub')"
         try:
-            load_task(self)
+            load_task(self.name, self.levels)
         except ConfigError as error:
             yield from ((p.path, p.message) for p in error.problems)
 
@@ -197,7 +200,7 @@ class ArmSpec(Section):
             yield "method", "required: a registered method or an import path 'package.module:Name'"
         else:
             try:
-                self.config()
+                self.config  # built here, once: its problems are the arm's
             except ConfigError as error:
                 yield from ((p.path, p.message) for p in error.problems)
         for key, value in self.overrides.items():
@@ -211,8 +214,9 @@ class ArmSpec(Section):
             else:
                 yield f"overrides.{key}", unknown_key(key, ["train"]).message
 
-    def config(self):
-        """The method's resolved config (defaults filled in); ConfigError at ``method`` or ``options.*``."""
+    @functools.cached_property
+    def config(self) -> MethodConfig:
+        """The method's resolved config (defaults filled in), built once; ConfigError at ``method`` or ``options.*``."""
         return build(method_class(self.method).Config, self.options, where="options")
 
     def train(self, shared: TrainSpec) -> TrainSpec:
@@ -223,20 +227,41 @@ SECTIONS = {"task": TaskSpec, "train": TrainSpec, "evaluation": EvaluationSpec, 
             "tracking": TrackingSpec, "analysis": AnalysisSpec}
 
 
+def named_task(task):
+    """A task section without a name is the default task's, with the section's settings."""
+    return {**DEFAULT_TASK, **task} if isinstance(task, dict) and "name" not in task else task
+
+
+def seed_list(seeds) -> tuple:
+    """``seeds: n`` means [0, ..., n-1]; a list is the seeds themselves (``Study.problems`` checks them)."""
+    if type(seeds) is int and seeds >= 1:
+        return tuple(range(seeds))
+    if isinstance(seeds, (list, tuple)):
+        return tuple(seeds)
+    raise ValueError(f"expected a list of non-negative integers or a count >= 1, got {seeds!r}")
+
+
+def control_list(controls) -> tuple:
+    if isinstance(controls, (list, tuple)):
+        return tuple(map(str, controls))
+    raise ValueError(f"expected a list of controls ({', '.join(CONTROLS)}), got {controls!r}")
+
+
 @dataclass(frozen=True)
 class Study(Section):
     name: str = "study"
     model: str = "tiny"
-    task: TaskSpec = field(default_factory=lambda: TaskSpec(**DEFAULT_TASK))
+    task: TaskSpec = field(default_factory=lambda: TaskSpec(**DEFAULT_TASK), metadata={CONVERT: named_task})
     train: TrainSpec = field(default_factory=TrainSpec)
     evaluation: EvaluationSpec = field(default_factory=EvaluationSpec)
     budget: BudgetSpec = field(default_factory=BudgetSpec)
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={CONVERT: seed_list})
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     reference: str = ""  # "": the first arm
     analysis: AnalysisSpec = field(default_factory=AnalysisSpec)
-    controls: tuple[str, ...] = ()
-    arms: dict[str, ArmSpec] = field(default_factory=dict)
+    controls: tuple[str, ...] = field(default=(), metadata={CONVERT: control_list})
+    arms: dict[str, ArmSpec] = field(default_factory=dict,
+                                     metadata={REQUIRED: "a mapping of arm name -> {method, options}"})
     source_path: str | None = None
     profile: str = ""  # set by a profile that rewrote the study; part of every config hash
 
@@ -287,10 +312,9 @@ class Study(Section):
         if method_class(arm.method) is not method_class(base.method):
             changed = ["method"]
         else:
-            config, base_config = arm.config(), base.config()
             # an option idle in either arm (another estimator's, say) is carried by the choice that idles it
-            idle = inactive_options(config) | inactive_options(base_config)
-            mine, theirs = dataclasses.asdict(config), dataclasses.asdict(base_config)
+            idle = arm.config.inactive_options() | base.config.inactive_options()
+            mine, theirs = dataclasses.asdict(arm.config), dataclasses.asdict(base.config)
             changed = [f"options.{key}" for key in mine if mine[key] != theirs[key] and key not in idle]
         mine, theirs = dataclasses.asdict(arm.train(self.train)), dataclasses.asdict(base.train(self.train))
         return changed + [f"train.{key}" for key in mine if mine[key] != theirs[key]]
@@ -298,12 +322,12 @@ class Study(Section):
     def runs(self) -> list["RunSpec"]:
         """One run per (arm, seed): arms in file order, then seeds."""
         return [RunSpec(self.name, name, seed, arm.method, dict(arm.options), arm.train(self.train), self.model,
-                        self.task, self.evaluation, self.budget, self.profile)
+                        self.task, self.evaluation, self.budget, self.profile, arm.config)
                 for name, arm in self.arms.items() for seed in self.seeds]
 
     def resolved_yaml(self) -> str:
         """The study as it runs (method options with their defaults filled in), loadable again."""
-        arms = {name: {"method": arm.method, "options": plain(arm.config()),
+        arms = {name: {"method": arm.method, "options": plain(arm.config),
                        **({"overrides": plain(arm.overrides)} if arm.overrides else {}),
                        **({"confounded_because": arm.confounded_because} if arm.confounded_because else {})}
                 for name, arm in self.arms.items()}
@@ -321,18 +345,22 @@ class RunSpec:
     arm: str
     seed: int
     method: str
-    options: dict  # as the user wrote them; build(method_class(method).Config, options) gives the config
+    options: dict  # as the user wrote them
     train: TrainSpec  # after the arm's overrides
     model: str
     task: TaskSpec
     evaluation: EvaluationSpec
     budget: BudgetSpec
     profile: str = ""
+    config: MethodConfig | None = None  # the method's config built from options (the arm's; None: built here)
     config_hash: str = field(init=False, default="")  # sha256[:12] of what defines the run (not the arm's name)
 
     def __post_init__(self):
+        if self.config is None:
+            config = build(method_class(self.method).Config, self.options, where=f"arms.{self.arm}.options")
+            object.__setattr__(self, "config", config)
         identity = {"model": self.model, "task": self.task, "train": self.train, "evaluation": self.evaluation,
-                    "budget": self.budget, "method": self.method, "config": self.config(), "seed": self.seed,
+                    "budget": self.budget, "method": self.method, "config": self.config, "seed": self.seed,
                     "profile": self.profile}
         object.__setattr__(self, "config_hash", digest(identity))
 
@@ -340,15 +368,12 @@ class RunSpec:
     def budget_unit(self) -> str:
         return self.budget.unit
 
-    def config(self):
-        return build(method_class(self.method).Config, self.options, where=f"arms.{self.arm}.options")
-
     def resolved(self) -> dict:
         """A plain nested dict of the run (method options resolved), for params and artifacts."""
         return {"study": self.study, "arm": self.arm, "seed": self.seed, "config_hash": self.config_hash,
                 "profile": self.profile, "model": self.model, "task": plain(self.task), "train": plain(self.train),
                 "evaluation": plain(self.evaluation), "budget": plain(self.budget), "method": self.method,
-                "options": plain(self.config())}
+                "options": plain(self.config)}
 
 
 def plain(value):
@@ -374,138 +399,7 @@ def digest(value) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# names -> methods and tasks
-
-
-def method_family(name):
-    """The registered name a method goes by: its own, or, for 'package.module:Name', the ``name`` of the
-    registered method it extends (None if it extends none, or cannot be imported: validation says why)."""
-    if not isinstance(name, str) or ":" not in name:
-        return name
-    try:
-        return getattr(_import(name, "method"), "name", None)
-    except ConfigError:
-        return None
-
-
-def _import(path: str, field_name: str):
-    module, _, name = path.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except Exception as error:  # ImportError, AttributeError, or whatever the module raised on import
-        raise ConfigError([Problem(field_name, f"cannot import {path!r}: {type(error).__name__}: {error}")])
-
-
-def inactive_options(config) -> set[str]:
-    """The options a method config holds but does not use (``config.inactive_options()``, if it says)."""
-    return set(config.inactive_options()) if hasattr(config, "inactive_options") else set()
-
-
-def method_class(name: str) -> type:
-    """A registered method, or a class with ``.Config`` named 'package.module:Name'."""
-    if ":" in name:
-        cls = _import(name, "method")
-        if not dataclasses.is_dataclass(getattr(cls, "Config", None)):
-            raise ConfigError([Problem("method", f"{name!r} has no Config dataclass")])
-        return cls
-    from methods import get_method
-
-    try:
-        return get_method(name)
-    except KeyError as error:
-        raise ConfigError([Problem("method", error.args[0])]) from None
-
-
-def load_task(spec: TaskSpec):
-    """The task ``spec`` names, built with its levels; ConfigError at ``name`` or ``levels`` otherwise."""
-    if ":" in spec.name:
-        factory = _import(spec.name, "name")
-    else:
-        from rewards import TASKS
-
-        if spec.name not in TASKS.factories:
-            known = ", ".join(sorted(TASKS.factories))
-            raise ConfigError([Problem("name", f"unknown task {spec.name!r}; known tasks: {known}")])
-        factory = TASKS.factories[spec.name]
-    try:
-        task = factory() if spec.levels is None else factory(levels=tuple(spec.levels))
-    except (TypeError, ValueError) as error:  # a task refusing its levels raises ValueError
-        message = f"cannot build task {spec.name!r}: {error}" if isinstance(error, TypeError) else str(error)
-        raise ConfigError([Problem("name" if spec.levels is None else "levels", message)]) from None
-    missing = [m for m in ("reward", "prompt", "examples") if not callable(getattr(task, m, None))]
-    if missing:
-        raise ConfigError([Problem("name", f"{spec.name!r} did not give a Task (missing {', '.join(missing)})")])
-    return task
-
-
-# ---------------------------------------------------------------------------------------------
 # reading a study file
-
-
-@dataclass(frozen=True)
-class Located(Problem):
-    """A problem with the file and line it was found at: ``studies/x.yaml:12: arms.grpo.lr: ...``."""
-
-    source: str = ""
-    line: int | None = None
-
-    def __str__(self) -> str:
-        where = f"{self.source}:{self.line}" if self.line else self.source
-        return ": ".join(part for part in (where, self.path, self.message) if part)
-
-
-class StudyError(ConfigError):
-    """Every problem of a study file, one per line, each with its file, line and YAML path."""
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads exponents without a dot (1e-4) as numbers, as YAML 1.2 does."""
-
-
-EXPONENT = re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$")
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT, list("-+0123456789"))
-
-
-def _lines(node, path: str, lines: dict, found: list) -> None:
-    """Map each YAML path under ``node`` to its 1-based line; note duplicate keys in ``found``."""
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            child = join(path, str(key.value))
-            twice = child in lines
-            if twice:
-                found.append(Problem(child, f"duplicate key (first on line {lines[child]}); the later one would win"))
-            lines[child] = key.start_mark.line + 1
-            _lines(value, child, lines, [] if twice else found)  # not again for each key under a duplicate
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            lines[f"{path}[{i}]"] = item.start_mark.line + 1
-            _lines(item, f"{path}[{i}]", lines, found)
-
-
-def read_yaml(path, kind: str = "study") -> tuple[object, dict, list[Problem]]:
-    """Parse a YAML file (``1e-4`` a number) into (its data, YAML path -> 1-based line, problems met while
-    parsing: duplicate keys); StudyError naming the ``kind`` of file when it cannot be read or parsed.
-    An empty file gives (None, {}, [])."""
-    source = str(path)
-    try:
-        loader = _Loader(Path(path).read_text())
-    except OSError as error:
-        raise StudyError([Located("", f"cannot read the {kind}: {error.strerror or error}", source)]) from None
-    try:
-        node = loader.get_single_node()
-        raw = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" (column {mark.column + 1})" if mark else ""
-        message = f"invalid YAML: {getattr(error, 'problem', None) or error}{where}"
-        raise StudyError([Located("", message, source, mark.line + 1 if mark else None)]) from None
-    finally:
-        loader.dispose()
-    if node is None:
-        return None, {}, []
-    lines, found = {"": node.start_mark.line + 1}, []
-    _lines(node, "", lines, found)
-    return raw, lines, found
 
 
 def load_study(path, profile: str | None = None) -> Study:
@@ -532,75 +426,18 @@ def validate(raw, source: str, lines: dict | None = None, found=(), profile: str
     if not isinstance(raw, dict):
         problems.append(Problem("", f"a study is a mapping of sections (model, task, ..., arms), got {raw!r}"))
         raise located(problems, source, lines or {})
-    known = [f.name for f in dataclasses.fields(Study) if f.name not in ("source_path", "profile")]
-    problems += [unknown_key(key, known) for key in raw if key not in known]
-    hints = typing.get_type_hints(Study)
-    values = {"name": Path(source).stem, "source_path": source, "profile": profile}
-    for key in ("name", "model", "reference"):
-        if raw.get(key) is not None:
-            reason = type_problem(raw[key], hints[key])
-            if reason:
-                problems.append(Problem(key, reason))
-            else:
-                values[key] = raw[key]
-    seeds = raw.get("seeds")
-    if type(seeds) is int and seeds >= 1:
-        values["seeds"] = tuple(range(seeds))
-    elif isinstance(seeds, list):
-        values["seeds"] = tuple(seeds)
-    elif seeds is not None:
-        problems.append(Problem("seeds", f"expected a list of non-negative integers or a count >= 1, got {seeds!r}"))
-    controls = raw.get("controls")
-    if isinstance(controls, list):
-        values["controls"] = tuple(map(str, controls))
-    elif controls is not None:
-        problems.append(Problem("controls", f"expected a list of controls ({', '.join(CONTROLS)}), got {controls!r}"))
-
-    task = raw.get("task")
-    if isinstance(task, dict) and "name" not in task:
-        raw = {**raw, "task": {**DEFAULT_TASK, **task}}
-    for key, cls in SECTIONS.items():
-        if raw.get(key) is not None:
-            try:
-                values[key] = build(cls, raw[key], where=key)
-            except ConfigError as error:
-                problems += error.problems
-
-    arms, failed = {}, set()
-    if "arms" not in raw:
-        problems.append(Problem("arms", "required: a mapping of arm name -> {method, options}"))
-    elif not isinstance(raw["arms"], dict):
-        problems.append(Problem("arms", f"expected a mapping of arm name -> {{method, options}}, got {raw['arms']!r}"))
-    else:
-        for name, arm in raw["arms"].items():
-            try:
-                arms[str(name)] = build(ArmSpec, arm, where=f"arms.{name}")
-            except ConfigError as error:
-                problems += error.problems
-                failed.add(str(name))
-    reference = values.get("reference") or next(iter(map(str, raw.get("arms") or {})), "")
+    written = [str(name) for name in raw["arms"]] if isinstance(raw.get("arms"), dict) else []
+    defaults = {"name": Path(source).stem, "reference": next(iter(written), None)}
+    given = {**raw, **{key: value for key, value in defaults.items() if raw.get(key) is None}}
     try:
-        study = Study(**values, arms=arms)
-    except ConfigError as error:  # comparisons with a broken reference arm are moot
-        moot = reference in failed
-        problems += [p for p in error.problems if not (moot and p.path.startswith(("arms", "reference")))]
+        study = build(Study, given, fixed={"source_path": source, "profile": profile}, nulls_are_defaults=True)
+    except ConfigError as error:  # a broken reference arm is reported as itself, not as a missing reference
+        problems += [p for p in error.problems if not (p.path == "reference" and given["reference"] in written)]
+        study = None
     if problems:
         raise located(problems, source, lines or {})
     return study
 
 
-def located(problems: list[Problem], source: str, lines: dict) -> StudyError:
-    """The problems (the first of each path) with their source and the line of their path's nearest ancestor."""
-    out, seen = [], set()
-    for problem in problems:
-        if problem.path not in seen:
-            seen.add(problem.path)
-            path = problem.path  # a missing key has no line, nor has its parent section
-            while path not in lines and max(path.rfind("."), path.rfind("[")) > 0:
-                path = path[: max(path.rfind("."), path.rfind("["))]
-            out.append(Located(problem.path, problem.message, source, lines.get(path)))
-    return StudyError(sorted(out, key=lambda p: p.line or math.inf))  # in file order; stable
-
-
-__all__ = ["CONTROLS", "AnalysisSpec", "ArmSpec", "BudgetSpec", "EvaluationSpec", "RunSpec", "Study", "StudyError", "TaskSpec", "TrackingSpec",
-           "TrainSpec", "digest", "load_study", "load_task", "located", "method_class", "read_yaml", "validate"]
+__all__ = ["CONTROLS", "AnalysisSpec", "ArmSpec", "BudgetSpec", "EvaluationSpec", "RunSpec", "Study", "StudyError",
+           "TaskSpec", "TrackingSpec", "TrainSpec", "digest", "load_study", "validate"]

@@ -20,8 +20,9 @@ import torch
 
 from arena.model import load_policy
 from arena.rng import RunKey, seed_of
-from arena.study import load_study, load_task
+from arena.study import load_study
 from methods.base import make_method
+from rewards import load_task
 
 STUDY = "studies/es_vs_blockgrpo.yaml"
 GRID = ("absolute:0.003,absolute:0.01,absolute:0.03668,relative:0.001,relative:0.01,relative:0.1,"
@@ -56,7 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     study = load_study(STUDY)
-    task = load_task(study.task)
+    task = load_task(study.task.name, study.task.levels)
     population = study.arms["es"].options["population"]
     print(f"{study.model} model, {study.task.name} levels {list(study.task.levels)}, population {population}, "
           f"{args.samples} sample(s) per prompt, mean over {args.steps} steps ({args.steps * population // 2} pairs "

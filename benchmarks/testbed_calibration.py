@@ -21,7 +21,8 @@ import torch
 
 from arena.evaluate import Evaluator, lower_cvar
 from arena.model import load_policy
-from arena.study import EvaluationSpec, TaskSpec, load_task
+from arena.study import EvaluationSpec
+from rewards import load_task
 
 
 def part_accuracy(evaluator: Evaluator, evaluation) -> dict[str, float]:
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     policy = load_policy(args.model, device="cpu")
-    task = load_task(TaskSpec(name=args.task, levels=tuple(int(x) for x in args.levels.split(","))))
+    task = load_task(args.task, tuple(int(x) for x in args.levels.split(",")))
     temperatures = [float(t) for t in args.temperatures.split(",")]
     rows = {(split, t): measure(policy, task, split, seed, t, args.max_new_tokens)
             for split, seed in (("train", 1), ("heldout", 0)) for t in temperatures}

@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal, Protocol
 import torch
 
 from arena.budget import Consumption, token_flops
-from arena.config import build
+from arena.config import Checked, ConfigError, Problem, build, import_path
 from arena.rng import name_key, torch_generator
 
 RewardFn = Callable[[int, str], float]  # (prompt index in the batch, completion text) -> reward
@@ -87,6 +87,26 @@ def common_stats(totals: dict[str, float], update_norm: float, seconds: float,
     stats = {"reward_mean": mean, "reward_std": variance**0.5, "update_norm": update_norm, "step_seconds": seconds,
              **dataclasses.asdict(used), "backward_tokens": backward}
     return used, stats
+
+
+class MethodConfig(Checked):
+    """Base of every method's ``Config``: what the driving floor asks of a run's method, each method answering
+    for itself (the defaults: nothing idle, no tags, no fixed number of samples)."""
+
+    def inactive_options(self) -> set[str]:
+        """Options this config holds but does not use (another estimator's, say): the one-variable rule of
+        a study skips them, the choice that idles them being the difference."""
+        return set()
+
+    def tags(self) -> dict[str, str]:
+        """MLflow tags of a run with this config, beyond the method's name: a field named ``estimator`` is the
+        run's ``arena.estimator``."""
+        named = {f.name for f in dataclasses.fields(self)}
+        return {"arena.estimator": str(self.estimator)} if "estimator" in named else {}
+
+    def samples_per_step(self, prompts: int) -> int | None:
+        """Completions one step generates from ``prompts`` prompts; None when it does not say (a plan prints '?')."""
+        return None
 
 
 class NonFiniteError(RuntimeError):
@@ -256,6 +276,35 @@ def get_method(name: str) -> type:
     if name not in REGISTRY:
         raise KeyError(f"unknown method {name!r}; known methods: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name]
+
+
+def method_class(name: str) -> type:
+    """A registered method, or one named 'package.module:Name' (a class whose ``Config`` is a MethodConfig
+    dataclass); ConfigError at ``method`` otherwise."""
+    if ":" not in name:
+        try:
+            return get_method(name)
+        except KeyError as error:
+            raise ConfigError([Problem("method", error.args[0])]) from None
+    cls = import_path(name, "method")
+    config = getattr(cls, "Config", None)
+    if not dataclasses.is_dataclass(config):
+        raise ConfigError([Problem("method", f"{name!r} has no Config dataclass")])
+    if not issubclass(config, MethodConfig):
+        raise ConfigError([Problem("method", f"{name!r}: its Config must subclass methods.base.MethodConfig, "
+                                             "which says what arena asks of a method's config")])
+    return cls
+
+
+def method_family(name):
+    """The registered name a method goes by: its own, or, for 'package.module:Name', the ``name`` of the
+    registered method it extends (None if it extends none, or cannot be imported: validation says why)."""
+    if not isinstance(name, str) or ":" not in name:
+        return name
+    try:
+        return getattr(import_path(name, "method"), "name", None)
+    except ConfigError:
+        return None
 
 
 def make_method(name: str, policy, options: dict | None, seed: int) -> Any:

@@ -69,11 +69,10 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
-from arena.config import Checked
 from arena.rng import RunKey, name_key, seed_of, torch_generator
 from arena.model.sampler import SamplerConfig, generate
-from methods.base import (ParameterCount, RewardFn, StepResult, Trainable, all_reduce_sums, common_stats,
-                          make_trainable, register, world)
+from methods.base import (MethodConfig, ParameterCount, RewardFn, StepResult, Trainable, all_reduce_sums,
+                          common_stats, make_trainable, register, world)
 
 
 def centered_rank(fitness: torch.Tensor) -> torch.Tensor:
@@ -109,7 +108,7 @@ SHAPING = {"centered_rank": centered_rank, "zscore": zscore}
 @register("es")
 class ES:
     @dataclass
-    class Config(Checked):
+    class Config(MethodConfig):
         population: int = 32  # members per step, both signs counted (Qiu et al.: 30)
         sigma: float = 1e-3  # noise scale σ (Qiu et al.)
         alpha: float = 5e-4  # step size α (Qiu et al.: σ/2, with 1/σ absorbed)
@@ -153,6 +152,9 @@ class ES:
                 yield "sigma_scale", ("relative noise scales σ by each tensor's RMS, and LoRA's B starts at 0 "
                                       "(it would never move): use absolute with trainable: lora")
             yield from Trainable.of(self).problems()
+
+        def samples_per_step(self, prompts: int) -> int:
+            return self.population * min(self.prompts_per_member or prompts, prompts) * self.samples_per_member
 
     def __init__(self, policy, config: Config, seed: int):
         self.policy, self.config, self.seed = policy, config, seed

@@ -47,16 +47,15 @@ from typing import Literal
 
 import torch
 
-from arena.config import Checked
 from arena.rng import seed_of
 from arena.model.sampler import Generation, SamplerConfig, generate
 from methods import fsdp, likelihood
-from methods.base import (NonFiniteError, ParameterCount, StepResult, Trainable, all_reduce_sum, all_reduce_sums,
-                          common_stats, make_trainable, reference_context, register, world)
+from methods.base import (MethodConfig, NonFiniteError, ParameterCount, StepResult, Trainable, all_reduce_sum,
+                          all_reduce_sums, common_stats, make_trainable, reference_context, register, world)
 
 
 @dataclass
-class GRPOConfig(Checked):
+class GRPOConfig(MethodConfig):
     group_size: int = 6  # G completions per prompt (d1: 6)
     advantage: Literal["mean", "zscore"] = "mean"  # "mean": r - group mean (d1, Dr. GRPO); "zscore": / group std (DeepSeekMath)
     clip_eps: float = 0.2  # ε, PPO clip (d1 uses 0.5)
@@ -95,6 +94,9 @@ class GRPOConfig(Checked):
         yield from Trainable.of(self).problems()
         if self.sharding == "fsdp" and self.trainable != "full":
             yield "sharding", "'fsdp' shards full fine-tuning; LoRA runs replicate the model (sharding: none)"
+
+    def samples_per_step(self, prompts: int) -> int:
+        return self.group_size * prompts
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
@@ -174,6 +176,7 @@ class GRPO:
 
     def __init__(self, policy, config: GRPOConfig, seed: int):
         self.policy, self.config, self.seed = policy, config, seed
+        self.scorer = likelihood.Scorer(*self._estimator())  # the config checked the estimator's options
         fsdp.check_launcher(config.sharding)
         self.params = make_trainable(policy, Trainable.of(config), seed)
         self.parameters = ParameterCount.of(policy.model, self.params)  # before FSDP flattens them
@@ -196,14 +199,14 @@ class GRPO:
         self.consecutive_skips = 0  # of them, the latest in a row
 
     def _estimator(self) -> tuple[str, dict]:
+        """The estimator's name and every one of its options, as the config holds them (and checked them)."""
         return "ar", {}
 
     # ---------------------------------------------------------------------------------------
     def _score(self, batch, key, grad: bool, policy=None) -> likelihood.Estimate:
         """The estimator of ``policy`` (default: the trained one) on ``batch`` with masks keyed ``key``."""
-        name, options = self._estimator()
         with torch.set_grad_enabled(grad):
-            est = likelihood.estimate(name, policy or self.policy, batch, key, **options)
+            est = self.scorer(policy or self.policy, batch, key)
         self.forward_tokens += est.forward_tokens
         if grad:  # every pass with a graph is backpropagated (step: loss.backward per micro-batch)
             self.backward_tokens += est.forward_tokens
@@ -249,8 +252,7 @@ class GRPO:
                                               # the rollout's sub-block (None: the policy's, as the sampler)
                                               # and decoding steps (the trajectory estimator needs them)
                                               sub_block=self.sampler.sub_block, steps=out.steps)
-        name, _ = self._estimator()
-        units = likelihood.unit_mask(name, batch, self.policy.block_size)
+        units = likelihood.unit_mask(self.scorer.name, batch, self.policy.block_size)
         local_units = float(units.sum()) if config.loss_aggregation == "token_mean" else len(rows)
         normaliser = all_reduce_sums({"normaliser": local_units})["normaliser"]
         return Rollout(rows, out, scores, rewards, advantages, batch, normaliser)

@@ -400,12 +400,29 @@ def unit_mask(name: str, batch: ScoringBatch, block_size: int) -> torch.Tensor:
     return batch.completion.reshape(len(batch.sample_ids), -1, block_size).any(-1)  # as _block_estimate
 
 
+@dataclass(frozen=True)
+class Scorer:
+    """An estimator with every one of its options, checked once (by ``Scorer.of``, or by the method config that
+    holds them): ``scorer(policy, batch, key)`` estimates, as often as a method scores."""
+
+    name: str  # a name of ESTIMATORS
+    options: dict  # every option of its option class
+
+    @classmethod
+    def of(cls, name: str, **options) -> "Scorer":
+        """Estimator ``name`` with ``options`` (the rest at their defaults), checked against its own option class."""
+        checked = build(get_estimator(name).options, options, where=f"estimator[{name}]")
+        return cls(name, asdict(checked))
+
+    def __call__(self, policy, batch: ScoringBatch, key: tuple[int, ...]) -> Estimate:
+        """The estimate of ``batch`` under ``policy``; ``key`` = (seed, step, iteration) keys the masks."""
+        return ESTIMATORS[self.name].function(policy, batch, tuple(key), **self.options)
+
+
 def estimate(name: str, policy, batch: ScoringBatch, key: tuple[int, ...], **options) -> Estimate:
-    """Run estimator ``name`` with its options (the rest at their defaults); ``key`` = (seed, step,
-    iteration) keys the masks. Options are checked against the estimator's own option class."""
-    spec = get_estimator(name)
-    checked = build(spec.options, options, where=f"estimator[{name}]")
-    return spec.function(policy, batch, tuple(key), **asdict(checked))
+    """Run estimator ``name`` once with its options (the rest at their defaults), checked first; a method
+    scoring many batches holds a ``Scorer`` instead."""
+    return Scorer.of(name, **options)(policy, batch, key)
 
 
 def sequence_logprob(est: Estimate) -> torch.Tensor:

@@ -1,4 +1,6 @@
-"""Reward tasks: prompts, answers and reward functions. ``get_task(name)`` returns a task."""
+"""Reward tasks: prompts, answers and reward functions. ``get_task(name)`` returns a registered task;
+``load_task(name, levels)`` also one named by import path, as studies name tasks."""
+from arena.config import ConfigError, Problem, import_path
 from rewards.base import Registry, Task, chat_prompt, last_answer
 
 TASKS = Registry()
@@ -6,6 +8,27 @@ TASKS = Registry()
 
 def get_task(name: str) -> Task:
     return TASKS.get(name)
+
+
+def load_task(name: str, levels: tuple[int, ...] | None = None) -> Task:
+    """The task ``name`` (registered, or 'package.module:Name': a class or factory giving a Task), built with
+    ``levels`` (None: the task's own); ConfigError at ``name`` or ``levels`` otherwise."""
+    if ":" in name:
+        factory = import_path(name, "name")
+    elif name in TASKS.factories:
+        factory = TASKS.factories[name]
+    else:
+        known = ", ".join(sorted(TASKS.factories))
+        raise ConfigError([Problem("name", f"unknown task {name!r}; known tasks: {known}")])
+    try:
+        task = factory() if levels is None else factory(levels=tuple(levels))
+    except (TypeError, ValueError) as error:  # a task refusing its levels raises ValueError
+        message = f"cannot build task {name!r}: {error}" if isinstance(error, TypeError) else str(error)
+        raise ConfigError([Problem("name" if levels is None else "levels", message)]) from None
+    missing = [m for m in ("reward", "prompt", "examples") if not callable(getattr(task, m, None))]
+    if missing:
+        raise ConfigError([Problem("name", f"{name!r} did not give a Task (missing {', '.join(missing)})")])
+    return task
 
 
 def _register_builtin() -> None:
@@ -22,4 +45,4 @@ def _register_builtin() -> None:
 
 _register_builtin()
 
-__all__ = ["TASKS", "Task", "get_task", "chat_prompt", "last_answer"]
+__all__ = ["TASKS", "Task", "get_task", "load_task", "chat_prompt", "last_answer"]

@@ -4,6 +4,7 @@ import os
 from dataclasses import dataclass
 
 from arena.config import Checked
+from methods.base import MethodConfig
 from methods.block_grpo import BlockGRPO
 from rewards.noisy_arithmetic import NoisyArithmeticTask
 
@@ -39,7 +40,7 @@ def not_a_task():
 
 
 @dataclass
-class StayConfig(Checked):
+class StayConfig(MethodConfig):
     lr: float = 0.1
     mode: str = "still"
 
@@ -78,3 +79,14 @@ class NaNGradientGRPO(BlockGRPO):
         super().__init__(policy, config, seed)
         policy.model.get_output_embeddings().weight.register_hook(lambda gradient: gradient * math.nan)
 
+
+
+@dataclass
+class PlainConfig(Checked):
+    lr: float = 0.1
+
+
+class PlainConfigMethod:
+    """A method whose Config is a checked dataclass but no MethodConfig: arena cannot ask it what it needs."""
+
+    Config = PlainConfig

@@ -1,7 +1,9 @@
-"""The one validator: every problem of a config at once, each named by its path."""
+"""The one validator: every problem of a config at once, each named by its path, all the way down."""
+from dataclasses import dataclass, field
+
 import pytest
 
-from arena.config import ConfigError, build
+from arena.config import CONVERT, REQUIRED, Checked, ConfigError, build, import_path
 from methods import get_method
 from methods.likelihood import ESTIMATORS, ScoringBatch, estimate
 
@@ -61,3 +63,83 @@ def test_estimator_options_have_one_default_and_one_check():
         estimate("elbo", None, batch, (0, 0, 0), draws=3, antithetic=True)
     with pytest.raises(ConfigError, match=r"estimator\[masked\]\.nodes: unknown option"):
         estimate("masked", None, batch, (0, 0, 0), nodes=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# all the way down: nested configs, named entries, converters, required options
+
+
+@dataclass(frozen=True)
+class Leaf(Checked):
+    size: int = 1
+
+    def problems(self):
+        if self.size < 1:
+            yield "size", f"must be >= 1, got {self.size!r}"
+
+
+def counts(value):
+    if type(value) is int and value >= 1:
+        return tuple(range(value))
+    if isinstance(value, list):
+        return tuple(value)
+    raise ValueError(f"expected a count >= 1 or a list, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Tree(Checked):
+    leaf: Leaf = field(default_factory=Leaf)
+    leaves: dict[str, Leaf] = field(default_factory=dict, metadata={REQUIRED: "a mapping of name -> leaf"})
+    seeds: tuple[int, ...] = field(default=(0,), metadata={CONVERT: counts})
+    label: str = "tree"
+
+    def problems(self):
+        if not self.leaves:
+            yield "leaves", "must hold at least one leaf"
+        if self.label == "tree" and len(self.leaves) > 2:
+            yield "label", "a tree of more than two leaves needs a label"
+
+
+def test_nested_configs_named_entries_and_converters_are_built_with_every_problem_at_its_path():
+    tree = build(Tree, {"leaf": {"size": 2}, "leaves": {"a": {}, 7: {"size": 3}}, "seeds": 2})
+    assert tree == Tree(Leaf(2), {"a": Leaf(1), "7": Leaf(3)}, (0, 1))
+    with pytest.raises(ConfigError) as caught:
+        build(Tree, {"leaf": {"size": 0, "colour": 1}, "leaves": {"a": {"size": "big"}, "b": 5, "c": {}, "d": {}},
+                     "seeds": 0, "labl": "x"}, where="tree")
+    assert [str(p) for p in caught.value.problems] == [
+        "tree.labl: unknown option; did you mean 'label'?",
+        "tree.leaf.colour: unknown option; known: size",
+        "tree.leaf.size: must be >= 1, got 0",
+        "tree.leaves.a.size: expected an integer, got 'big'",
+        "tree.leaves.b: expected a mapping of options, got 5",
+        "tree.seeds: expected a count >= 1 or a list, got 0",
+    ]  # c and d built, so the tree's own checks ran on them (two leaves: no label needed)
+
+
+def test_a_parents_check_of_an_option_that_failed_or_is_missing_is_dropped():
+    """The parent judged the default that stood in: 'must hold at least one leaf' would be false."""
+    with pytest.raises(ConfigError) as caught:
+        build(Tree, {"leaves": {"a": {"size": 0}}})
+    assert [str(p) for p in caught.value.problems] == ["leaves.a.size: must be >= 1, got 0"]
+    with pytest.raises(ConfigError) as caught:
+        build(Tree, {})
+    assert [str(p) for p in caught.value.problems] == ["leaves: required: a mapping of name -> leaf"]
+    with pytest.raises(ConfigError) as caught:
+        build(Tree, {"leaves": [1]})
+    assert [str(p) for p in caught.value.problems] == ["leaves: expected a mapping of name -> leaf, got [1]"]
+
+
+def test_nulls_are_defaults_at_a_files_top_level_only_and_fixed_values_are_no_options():
+    tree = build(Tree, {"leaves": {"a": {}}, "label": None, "seeds": None}, nulls_are_defaults=True)
+    assert tree.label == "tree" and tree.seeds == (0,)
+    with pytest.raises(ConfigError, match=r"^leaf\.size: expected an integer, got None$"):
+        build(Tree, {"leaves": {"a": {}}, "leaf": {"size": None}}, nulls_are_defaults=True)
+    assert build(Tree, {"leaves": {"a": {}}}, fixed={"label": "given"}).label == "given"
+    with pytest.raises(ConfigError, match=r"^label: unknown option; known: leaf, leaves, seeds$"):
+        build(Tree, {"leaves": {"a": {}}, "label": "mine"}, fixed={"label": "given"})
+
+
+def test_an_import_path_that_does_not_import_names_why():
+    assert import_path("arena.config:build", "method") is build
+    with pytest.raises(ConfigError, match=r"^method: cannot import 'arena.config:nothing': AttributeError: "):
+        import_path("arena.config:nothing", "method")

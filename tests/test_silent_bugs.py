@@ -78,14 +78,14 @@ def test_log_of_sum_is_above_the_elbo_and_property_4a_rejects_it(tiny_policy):
 def test_reused_mask_keys_break_property_6(monkeypatch):
     """Property 6: masks differ across inner iterations. With the bug every iteration scores iteration 0's masks."""
     calls = []
-    original = likelihood.estimate
+    original = likelihood.Scorer.__call__
 
-    def recording(name, policy, batch, key, **options):
-        est = original(name, policy, batch, key, **options)
+    def recording(scorer, policy, batch, key):
+        est = original(scorer, policy, batch, key)
         calls.append((torch.is_grad_enabled(), est.masks.clone()))
         return est
 
-    monkeypatch.setattr(likelihood, "estimate", recording)
+    monkeypatch.setattr(likelihood.Scorer, "__call__", recording)
     for bug in ("none", "reused_mask_keys"):
         calls.clear()
         policy = sharpen(build_policy(SMALL), std=0.1)

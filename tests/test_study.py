@@ -6,7 +6,9 @@ import pytest
 import yaml
 
 from arena.config import ConfigError
-from arena.study import RunSpec, Study, StudyError, TaskSpec, load_study, load_task, method_class, validate
+from arena.study import RunSpec, Study, StudyError, TaskSpec, load_study, validate
+from methods import method_class
+from rewards import load_task
 
 VALID = """\
 # arena run studies/three.yaml
@@ -76,9 +78,9 @@ def test_a_valid_study_expands_into_arms_times_seeds_with_stable_distinct_hashes
     es = runs[-1]
     assert es.train.prompts_per_step == 32 and runs[0].train.prompts_per_step == 16
     assert es.options == {"sigma": 0.01, "alpha": 0.01}  # as written; the runner builds the config
-    assert es.config().population == method_class("es").Config().population
+    assert es.config.population == method_class("es").Config().population
     resolved = es.resolved()
-    assert resolved["options"]["population"] == es.config().population and resolved["budget"]["unit"] == "samples"
+    assert resolved["options"]["population"] == es.config.population and resolved["budget"]["unit"] == "samples"
     assert yaml.safe_load(yaml.safe_dump(resolved)) == resolved and es.budget_unit == "samples"
 
 
@@ -111,6 +113,19 @@ def test_defaults_and_a_seed_count(tmp_path):
     assert study.task == TaskSpec("noisy_arithmetic", (1, 2)) and study.budget.amount == 2048
     study = validate({"arms": {"x": {"method": "es"}}, "task": {"levels": [1]}}, "s.yaml")
     assert study.task == TaskSpec("noisy_arithmetic", (1,))
+
+
+def test_a_run_holds_its_arms_config_built_once(tmp_path, monkeypatch):
+    study = load_study(write(tmp_path, VALID))
+    built = []
+    monkeypatch.setattr("arena.study.build", lambda *args, **kwargs: built.append(args))
+    runs = study.runs()
+    assert all(run.config is study.arms[run.arm].config for run in runs) and built == []
+    assert runs[0].config.estimator == "elbo" and runs[0].config.draws == 2
+    monkeypatch.undo()
+    alone = dataclasses.replace(runs[0], config=None)  # a run made without its arm builds its own
+    assert alone.config == runs[0].config and alone.config is not runs[0].config
+    assert alone.config_hash == runs[0].config_hash
 
 
 def test_the_profile_is_part_of_every_hash_and_sections_stay_replaceable(tmp_path):
@@ -324,9 +339,9 @@ def test_an_import_path_task_and_method_work(tmp_path):
         """))
     assert [r.method for r in study.runs()] == ["study_plugins:Stay"] * 4 + ["grpo"] * 2
     assert study.differences("faster") == ["options.lr"] and study.differences("grpo") == ["method"]
-    task = load_task(study.task)
+    task = load_task(study.task.name, study.task.levels)
     assert task.levels == (1, 3) and task.reward("2", task.examples("train", 2)[1]) == 1.0
-    assert load_task(TaskSpec("study_plugins:make_counting_task")).levels == (1, 2)
+    assert load_task("study_plugins:make_counting_task").levels == (1, 2)
     path = write(tmp_path, "task: {name: 'study_plugins:CountingTask', levels: [4]}\n" + arms(
         "a: {method: 'study_plugins:Stay', options: {lr: 0}}\n"))
     assert errors(path) == [f"{path}:1: task.levels: counting: levels must be among 1, 2, 3, got [4]",

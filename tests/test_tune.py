@@ -291,6 +291,22 @@ def test_tune_file_mistakes_are_reported_at_once_with_their_lines(in_tmp, capsys
     assert f"arena tune: {len(lines)} problems:" in capsys.readouterr().err
 
 
+def test_the_tune_files_own_keys_are_checked_by_the_one_validator(in_tmp):
+    path = write_tune(in_tmp, name="my tune", seed=-1, storage=5, trials_per_arm=0, tracking={"uri": 3},
+                      pruner={"name": "median", "lower": 0.1})
+    with pytest.raises(StudyError) as error:
+        tuning.load_tune(path)
+    assert {p.path: p.message for p in error.value.problems} == {
+        "name": "must use only letters, digits, _ . - (it names files), got 'my tune'",
+        "seed": "must be >= 0, got -1",
+        "storage": "expected a string or null, got 5",
+        "trials_per_arm": "expected an integer >= 1, got 0",
+        "tracking.uri": "expected a string or null, got 3",
+        "pruner.lower": "goes with name: threshold, not 'median'",
+    }
+    assert tuning.load_tune(write_tune(in_tmp, name=None, seeds=None), trials_per_arm=2).name == "tune"
+
+
 def test_dry_run_and_the_shipped_tune_file(in_tmp, capsys, monkeypatch):
     assert main(["tune", str(write_tune(in_tmp)), "--trials-per-arm", "3", "--dry-run"]) == 0
     out = capsys.readouterr().out

@@ -42,11 +42,12 @@ trial left RUNNING by a dead process (this machine: its pid is gone; another: no
 its runs from their checkpoints. The recipe and the details: docs/reporting.md, "Tuning".
 
 In code: ``load_tune(path, profile, trials_per_arm)`` parses and validates (every problem at once, with
-its line); ``sweep(tune, placement, uri, workdir, out)`` runs and writes ``best.yaml``.
+its line); ``describe_tune(tune, workdir)`` is what ``--dry-run`` prints; ``sweep(tune, placement, uri, workdir,
+out)`` runs and writes ``best.yaml``.
 """
-from arena.tune.spec import PrunerSpec, SamplerSpec, Tune, load_tune, plan
+from arena.tune.spec import PrunerSpec, SamplerSpec, Tune, TuneFile, describe_tune, load_tune
 from arena.tune.sweep import SweepResult, sweep
 from arena.tune.trials import HOST, STALE_AFTER, TrialSeeded, TuneError, claim, counts, fail_stale, next_arm
 
 __all__ = ["HOST", "STALE_AFTER", "PrunerSpec", "SamplerSpec", "SweepResult", "TrialSeeded", "Tune", "TuneError",
-           "claim", "counts", "fail_stale", "load_tune", "next_arm", "plan", "sweep"]
+           "TuneFile", "claim", "counts", "describe_tune", "fail_stale", "load_tune", "next_arm", "sweep"]

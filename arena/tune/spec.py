@@ -1,5 +1,7 @@
-"""The tune file: its schema (``Tune``), its validation (``load_tune``: every problem at once, with its line)
-and the plan ``arena tune --dry-run`` prints. The schema with its defaults: the package docstring."""
+"""The tune file: its schema (``TuneFile``, as written; ``Tune``, resolved on its base study), its validation
+(``load_tune``: one ``arena.config.build`` and the checks against the base study, every problem at once, with
+its line) and what ``arena tune --dry-run`` prints (``describe_tune``). The schema with its defaults: the
+package docstring."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,14 +12,13 @@ from typing import Literal
 
 import optuna
 
-from arena.config import ConfigError, Problem, build, type_problem, unknown_key
-from arena.study import (NAME, BudgetSpec, EvaluationSpec, Located, Section, Study, StudyError, TrackingSpec,
-                         digest, load_study, located, method_class, plain, read_yaml)
+from arena.config import (REQUIRED, ConfigError, Located, Problem, StudyError, build, located, read_yaml,
+                          type_problem, unknown_key)
+from arena.study import NAME, BudgetSpec, EvaluationSpec, Section, Study, TrackingSpec, digest, load_study, plain
+from methods import method_class
 
 OBJECTIVES = ("tail_gain", "tail_auc")
 KINDS = ("uniform", "log_uniform", "int_uniform", "choice")
-KEYS = ("name", "study", "arms", "space", "trials_per_arm", "objective", "seeds", "evaluation", "budget", "pruner",
-        "sampler", "seed", "storage", "tracking")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,6 +74,35 @@ class SamplerSpec(Section):
 
 
 @dataclass(frozen=True)
+class TuneFile(Section):
+    """A tune file as written, each key checked on its own; ``arms``, ``space``, ``seeds``, ``evaluation`` and
+    ``budget`` are read against the base study (``load_tune``), their checks there."""
+
+    study: str = field(default="", metadata={REQUIRED: "the path of the base study file"})
+    name: str = ""  # "": the file's stem
+    arms: object = None
+    space: object = None
+    trials_per_arm: object = field(default=None, metadata={REQUIRED: "here or as --trials-per-arm N"})
+    objective: Literal[OBJECTIVES] = "tail_gain"
+    seeds: object = 1
+    evaluation: object = field(default_factory=dict)
+    budget: object = field(default_factory=dict)
+    pruner: PrunerSpec = field(default_factory=PrunerSpec)
+    sampler: SamplerSpec = field(default_factory=SamplerSpec)
+    seed: int = 0
+    storage: str | None = None
+    tracking: TrackingSpec = field(default_factory=TrackingSpec)
+
+    def problems(self):
+        if not NAME.fullmatch(self.name):
+            yield "name", f"must use only letters, digits, _ . - (it names files), got {self.name!r}"
+        if type_problem(self.trials_per_arm, int) or self.trials_per_arm < 1:
+            yield "trials_per_arm", f"expected an integer >= 1, got {self.trials_per_arm!r}"
+        if self.seed < 0:
+            yield "seed", f"must be >= 0, got {self.seed!r}"
+
+
+@dataclass(frozen=True)
 class Tune:
     """A validated tune file. ``settings`` is the base study as trials run it (named after the tune, with the
     tune's evaluation, budget and seeds); ``space[arm][option] = (kind, values)``."""
@@ -113,17 +143,6 @@ class Tune:
 
     def storage_url(self, workdir) -> str:
         return self.storage or str(Path(workdir) / "tune" / f"{self.name}.journal")
-
-
-def _scalar(raw: dict, key: str, hint, default, problems: list):
-    value = raw.get(key)
-    if value is None:
-        return default
-    reason = type_problem(value, hint)
-    if reason:
-        problems.append(Problem(key, reason))
-        return default
-    return value
 
 
 def _distribution(spec, option: str, where: str, config_cls, options: dict, problems: list):
@@ -178,62 +197,57 @@ def load_tune(path, profile: str | None = None, trials_per_arm: int | None = Non
     if not isinstance(raw, dict):
         problems.append(Problem("", f"a tune file is a mapping (study, space, trials_per_arm, ...), got {raw!r}"))
         raise located(problems, source, lines)
-    problems += [unknown_key(key, KEYS) for key in raw if key not in KEYS]
-    name = _scalar(raw, "name", str, Path(source).stem, problems)
-    if not NAME.fullmatch(name):
-        problems.append(Problem("name", f"must use only letters, digits, _ . - (it names files), got {name!r}"))
-    objective = _scalar(raw, "objective", Literal[OBJECTIVES], "tail_gain", problems)
-    seed = _scalar(raw, "seed", int, 0, problems)
-    if seed < 0:
-        problems.append(Problem("seed", f"must be >= 0, got {seed!r}"))
-    storage = _scalar(raw, "storage", str, None, problems)
-    trials = trials_per_arm if trials_per_arm is not None else raw.get("trials_per_arm")
-    if trials is None:
-        problems.append(Problem("trials_per_arm", "required: here or as --trials-per-arm N"))
-    elif type_problem(trials, int) or trials < 1:
-        problems.append(Problem("trials_per_arm", f"expected an integer >= 1, got {trials!r}"))
+    given = {**raw, "name": raw.get("name") or Path(source).stem,
+             **({} if trials_per_arm is None else {"trials_per_arm": trials_per_arm})}
     try:
-        pruner = build(PrunerSpec, raw.get("pruner"), where="pruner")
+        spec = build(TuneFile, given, nulls_are_defaults=True)
     except ConfigError as error:
         problems += error.problems
-        pruner = PrunerSpec()
-    try:
-        sampler = build(SamplerSpec, raw.get("sampler"), where="sampler")
-    except ConfigError as error:
-        problems += error.problems
-        sampler = SamplerSpec()
-    try:
-        tracking = build(TrackingSpec, raw.get("tracking"), where="tracking")
-    except ConfigError as error:
-        problems += error.problems
-        tracking = TrackingSpec()
+        spec = None
 
     base, study_problems = None, []
-    if not isinstance(raw.get("study"), str):
-        problems.append(Problem("study", f"required: the path of the base study file, got {raw.get('study')!r}"))
-    else:
+    if isinstance(raw.get("study"), str):
         try:
             base = load_study(raw["study"], profile)
         except StudyError as error:
             study_problems = error.problems
     if base is None:
         raise StudyError(located(problems, source, lines).problems + study_problems)
+    arms = tuned_arms(raw.get("arms"), base, problems)
+    space = search_space(raw.get("space"), arms, base, problems)
+    shared = trial_sections(raw, base, problems)
+    seeds = trial_seeds(raw.get("seeds"), base, problems)
+    if problems:
+        raise located(problems, source, lines)
+    first = arms[0]
+    tracking = dataclasses.replace(spec.tracking, uri=spec.tracking.uri or base.tracking.uri,
+                                   experiment=spec.tracking.experiment or spec.name)
+    settings = dataclasses.replace(base, name=spec.name, seeds=tuple(seeds), tracking=tracking, reference=first,
+                                   arms={first: base.arms[first]}, **shared)
+    raw_arms = read_yaml(base.source_path)[0]["arms"]
+    return Tune(spec.name, source, base, settings, {arm: raw_arms[arm] for arm in arms}, space, spec.trials_per_arm,
+                spec.objective, spec.pruner, spec.sampler, spec.seed, spec.storage, tracking)
 
-    arms = raw.get("arms")
+
+def tuned_arms(arms, base: Study, problems: list) -> list[str]:
+    """The arms to tune, each once (null: every arm of the base study)."""
     if arms is None:
-        arms = list(base.arms)
-    elif not isinstance(arms, list) or not arms:
+        return list(base.arms)
+    if not isinstance(arms, list) or not arms:
         problems.append(Problem("arms", f"expected a list of the study's arms (or null: all), got {arms!r}"))
-        arms = []
+        return []
     for i, arm in enumerate(arms):
         if not isinstance(arm, str) or arm not in base.arms:
             problems.append(Problem(f"arms[{i}]", unknown_key(arm, base.arms).message.replace("option", "arm")))
     arms = [arm for arm in arms if isinstance(arm, str) and arm in base.arms]
     if len(set(arms)) != len(arms):
         problems.append(Problem("arms", f"must be distinct, got {arms}"))
-    arms = list(dict.fromkeys(arms))
+    return list(dict.fromkeys(arms))
 
-    space, given = {}, raw.get("space")
+
+def search_space(given, arms: list[str], base: Study, problems: list) -> dict:
+    """arm -> option -> (kind, values) for every tuned arm, over its method's Config fields."""
+    space = {}
     if not isinstance(given, dict):
         problems.append(Problem("space", "required: per arm, option -> {log_uniform|uniform|int_uniform: "
                                          f"[low, high]}} or {{choice: [...]}}, got {given!r}"))
@@ -261,40 +275,42 @@ def load_tune(path, profile: str | None = None, trials_per_arm: int | None = Non
             parsed = _distribution(spec, option, where, config_cls, base.arms[arm].options, problems)
             if parsed:
                 space[arm][option] = parsed
+    return space
 
+
+def trial_sections(raw: dict, base: Study, problems: list) -> dict:
+    """A trial's evaluation and budget: the tune file's, merged over the study's (evaluation: on the training
+    split, seeded one past the study's, unless the tune file says otherwise)."""
     shared = {}
     for key, cls, default in (("evaluation", EvaluationSpec, {"seed": base.evaluation.seed + 1, "split": "train"}),
                               ("budget", BudgetSpec, {})):
-        given_section = raw.get(key) or {}
-        if not isinstance(given_section, dict):
-            problems.append(Problem(key, f"expected a mapping merged over the study's {key}, got {given_section!r}"))
-            given_section = {}
+        given = raw.get(key) or {}
+        if not isinstance(given, dict):
+            problems.append(Problem(key, f"expected a mapping merged over the study's {key}, got {given!r}"))
+            given = {}
         try:
-            shared[key] = build(cls, {**plain(getattr(base, key)), **default, **given_section}, where=key)
+            shared[key] = build(cls, {**plain(getattr(base, key)), **default, **given}, where=key)
         except ConfigError as error:
             problems += error.problems
-    seeds = raw.get("seeds", 1)
+    return shared
+
+
+def trial_seeds(seeds, base: Study, problems: list) -> list[int]:
+    """A trial's training seeds: a count n (the first n integers that are not seeds of the study; null: 1) or a
+    list."""
+    seeds = 1 if seeds is None else seeds
     if type(seeds) is int and seeds >= 1:
         free = (s for s in range(len(base.seeds) + seeds) if s not in base.seeds)
-        seeds = [next(free) for _ in range(seeds)]
-    elif not (isinstance(seeds, list) and seeds and all(type(s) is int and s >= 0 for s in seeds)
-              and len(set(seeds)) == len(seeds)):
+        return [next(free) for _ in range(seeds)]
+    if not (isinstance(seeds, list) and seeds and all(type(s) is int and s >= 0 for s in seeds)
+            and len(set(seeds)) == len(seeds)):
         problems.append(Problem("seeds", f"expected a count >= 1 or a list of distinct non-negative integers, "
                                          f"got {seeds!r}"))
-        seeds = [0]
-    if problems:
-        raise located(problems, source, lines)
-    first = arms[0]
-    tracking = dataclasses.replace(tracking, uri=tracking.uri or base.tracking.uri,
-                                   experiment=tracking.experiment or name)
-    settings = dataclasses.replace(base, name=name, seeds=tuple(seeds), tracking=tracking, reference=first,
-                                   arms={first: base.arms[first]}, **shared)
-    raw_arms = read_yaml(base.source_path)[0]["arms"]
-    return Tune(name, source, base, settings, {arm: raw_arms[arm] for arm in arms}, space, trials, objective, pruner,
-                sampler, seed, storage, tracking)
+        return [0]
+    return seeds
 
 
-def plan(tune: Tune, workdir) -> str:
+def describe_tune(tune: Tune, workdir) -> str:
     """What ``arena tune`` would do, without loading a model (``--dry-run``)."""
     settings, base = tune.settings, tune.base
     lines = [f"tune {tune.name}: study {base.source_path}, {len(tune.arms)} arms x {tune.trials_per_arm} trials "

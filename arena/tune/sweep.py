@@ -14,7 +14,8 @@ import yaml
 from optuna.trial import TrialState
 
 from arena.scheduler import arm_width, exit_with_parent
-from arena.study import StudyError, read_yaml, validate
+from arena.config import StudyError, read_yaml
+from arena.study import validate
 from arena.tune.spec import Tune, describe_pruner, describe_sampler
 from arena.tune.trials import (ERROR, RETRY_OF, Counts, Heartbeat, _tell, claim, counts, fail_stale, next_arm,
                                open_storage, open_studies)

@@ -12,16 +12,15 @@ from typing import Literal
 
 import torch
 
-from arena.config import Checked
 from arena.model.sampler import SamplerConfig, generate
 from arena.rng import name_key, seed_of, torch_generator
-from methods.base import ParameterCount, StepResult, Trainable, common_stats, make_trainable
+from methods.base import MethodConfig, ParameterCount, StepResult, Trainable, common_stats, make_trainable
 
 NOISE, DECODE = 1, 2  # key domains
 
 
 @dataclass
-class SignSGDConfig(Checked):
+class SignSGDConfig(MethodConfig):
     directions: int = 4  # q: 2q completions per prompt per step
     sigma: float = 0.01  # perturbation scale
     lr: float = 1e-4  # every trained weight moves by exactly lr (or 0) per step

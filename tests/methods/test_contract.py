@@ -203,3 +203,40 @@ def test_a_named_subset_moves_only_the_named_parameters(method_name):
                          ({"trainable": "full"}, "goes with trainable: subset")):
         with pytest.raises(ConfigError, match=message):
             make_method(method_name, build_policy(SMALL), {**options, **bad}, 0)
+
+
+def test_every_config_answers_what_arena_asks_and_counts_its_samples(method_name):
+    """Every registered method's Config is a MethodConfig; a step generates what samples_per_step says."""
+    config_class = methods.method_class(method_name).Config
+    assert issubclass(config_class, methods.MethodConfig)
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    method = make_method(method_name, policy, SMOKE.get(method_name), seed=0)
+    result = method.step(prompts_for(policy), share_of_ones, step=0)
+    assert method.config.samples_per_step(len(prompts_for(policy))) == result.consumption.samples
+    assert isinstance(method.config.inactive_options(), set)
+    assert set(method.config.tags()) <= {"arena.estimator"}
+
+
+def test_names_resolve_where_they_are_registered():
+    assert methods.method_class("block_grpo") is methods.get_method("block_grpo")
+    assert methods.method_family("study_plugins:NaNGradientGRPO") == "block_grpo"
+    assert methods.method_family("study_plugins:Stay") is None and methods.method_family("grpo") == "grpo"
+    with pytest.raises(ConfigError, match=r"^method: unknown method 'sgd'; known methods: block_grpo, "):
+        methods.method_class("sgd")
+    with pytest.raises(ConfigError, match=r"^method: 'study_plugins:PlainConfigMethod': its Config must subclass "
+                                          r"methods.base.MethodConfig"):
+        methods.method_class("study_plugins:PlainConfigMethod")
+
+
+def test_the_estimator_options_are_checked_once_not_at_every_forward(monkeypatch):
+    """block_grpo's config checks its estimator's options; its steps score without checking them again."""
+    from methods import likelihood
+
+    policy = sharpen(build_policy(SMALL), std=0.1)
+    method = make_method("block_grpo", policy, {**SMOKE["block_grpo"], "estimator": "elbo", "draws": 2,
+                                                "inner_iterations": 2}, seed=0)
+    assert method.scorer == likelihood.Scorer("elbo", {"draws": 2, "form": "count", "antithetic": False})
+    checked = []
+    monkeypatch.setattr(likelihood, "build", lambda *args, **kwargs: checked.append(args))
+    method.step(prompts_for(policy), share_of_ones, step=0)
+    assert checked == []

@@ -47,14 +47,14 @@ def test_each_method_raises_a_toy_reward():
 
 def test_inner_iterations_draw_fresh_masks_shared_by_theta_and_theta_old(monkeypatch):
     calls = []
-    original = likelihood.estimate
+    original = likelihood.Scorer.__call__
 
-    def recording(name, policy, batch, key, **options):
-        est = original(name, policy, batch, key, **options)
+    def recording(scorer, policy, batch, key):
+        est = original(scorer, policy, batch, key)
         calls.append((tuple(key), torch.is_grad_enabled(), est.masks.clone(), list(batch.sample_ids)))
         return est
 
-    monkeypatch.setattr(likelihood, "estimate", recording)
+    monkeypatch.setattr(likelihood.Scorer, "__call__", recording)
     for name, options in (("diffu_grpo", {}), ("block_grpo", {"estimator": "elbo"}),
                           ("block_grpo", {"estimator": "gauss_legendre"})):
         calls.clear()
@@ -97,14 +97,14 @@ def test_full_fine_tuning_scores_its_frozen_reference_without_swapping_the_polic
     policy = sharpen(build_policy(SMALL), std=0.1)
     method = make_method("block_grpo", policy, {**FAST, "beta": 0.05, "inner_iterations": 2}, seed=0)
     trained, scored = policy.model, []
-    original = likelihood.estimate
+    original = likelihood.Scorer.__call__
 
-    def recording(name, scorer, batch, key, **options):
+    def recording(scorer, scored_policy, batch, key):
         assert policy.model is trained, "the shared policy's model was swapped"
-        scored.append(scorer.model)
-        return original(name, scorer, batch, key, **options)
+        scored.append(scored_policy.model)
+        return original(scorer, scored_policy, batch, key)
 
-    monkeypatch.setattr(likelihood, "estimate", recording)
+    monkeypatch.setattr(likelihood.Scorer, "__call__", recording)
     stats = method.step([policy.encode(p) for p in PROMPTS], digit_share, 0).stats
     assert policy.model is trained and trained is not method.reference
     assert any(m is method.reference for m in scored) and any(m is trained for m in scored)
