@@ -15,8 +15,8 @@ from optuna.trial import TrialState
 
 from arena.processes import worker_pool, worker_slot
 from arena.report.tables import arm_width
-from arena.runner import RUN_FAILURES, Stop, checkpoint_file, execute, git_commit, identity_tags, require_weights
-from arena.runner import start_caches
+from arena.runner import (RUN_FAILURES, Stop, checkpoint_file, execute, git_commit, identity_tags, require_weights,
+                          start_caches)
 from arena.study import StudyError, read_yaml, validate
 from arena.tune.spec import Tune, describe_pruner, describe_sampler
 from arena.tune.trials import (ERROR, RETRY_OF, Counts, Heartbeat, _tell, claim, counts, fail_stale, next_arm,
