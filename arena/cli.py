@@ -140,26 +140,26 @@ def cmd_validate(args) -> None:
 
 
 def cmd_run(args) -> None:
-    from arena import scheduler
+    from arena import processes, scheduler
 
     study = _study(args)
     runs = scheduler.select(study.runs(), args.only or {})
     if not runs:
         raise UserError(f"--only {args.only}: no run of {args.study} matches")
-    processes = scheduler.launched_processes()
-    if processes > 1:
-        _check_launch(args, runs, processes)
+    launched = processes.launched_processes()
+    if launched > 1:
+        _check_launch(args, runs, launched)
     if args.dry_run:
-        print(scheduler.plan(study, runs))
+        print(scheduler.describe_runs(study, runs))
         return
     if args.backend == "local" and (args.address or args.cpus_per_run):
         raise UserError("--address and --cpus-per-run go with --backend ray")
     if args.backend == "ray" and args.jobs:
         raise UserError("--jobs goes with --backend local: Ray runs as many runs at once as the cluster has CPUs "
                         "(--cpus-per-run each) and GPUs for")
-    if processes > 1:
-        device = scheduler.join_process_group()  # main() leaves it, with the exit status
-        placement = scheduler.Placement(devices=(device,), processes=processes)
+    if launched > 1:
+        device = processes.join_process_group()  # main() leaves it, with the exit status
+        placement = scheduler.Placement(devices=(device,), processes=launched)
         _check_outcomes(scheduler.run_study(study, runs, placement, args.tracking_uri, args.workdir, args.force))
         return
     placement = scheduler.Placement.auto(args.jobs, args.devices, len(runs), backend=args.backend,
@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # arena report downloads many small files
     from arena.config import ConfigError
     from arena.model.policy import CheckpointError  # after parsing: it imports torch
-    from arena.scheduler import leave_process_group
+    from arena.processes import leave_process_group
 
     try:
         args.run(args)

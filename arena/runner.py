@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from arena.budget import Consumption, Meter, evaluation_points
-from arena.evaluate import Evaluation, Evaluator, checked_reward
+from arena.evaluate import Evaluation, Evaluator, RewardError, checked_reward
 from arena.progress import Progress
 from arena.rng import RunKey, seed_of
 from arena.study import digest
@@ -43,6 +43,9 @@ from rewards import load_task
 
 DRAW_METRICS = ("tail_gain", "mean_gain", "hard_gain", "tail_reward")  # logged per extra evaluation draw
 SHARDS = "shards"  # a sharded (FSDP) checkpoint's method state: the folder shards-<point> beside checkpoint.pt
+# what fails one run (a reward that raised, a non-finite statistic, an invalid option: ConfigError is a ValueError)
+# and not the invocation, whose other runs (or trials) go on; any other error is arena's and stops the invocation
+RUN_FAILURES = (RewardError, FloatingPointError, ValueError, RuntimeError)
 
 
 @dataclass
@@ -66,6 +69,18 @@ class Checkpoint:
 
 def run_directory(workdir: Path, run) -> Path:
     return Path(workdir) / run.study / run.arm / f"seed{run.seed}-{run.config_hash}"
+
+
+def checkpoint_file(workdir: Path, run) -> Path:
+    """Where the run's checkpoint is (``save``): it exists while the run can be resumed."""
+    return run_directory(workdir, run) / "checkpoint.pt"
+
+
+def identity_tags(run, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The tags that find the run in MLflow again (``decide``): its study, arm, seed and config hash, and the
+    caller's ``extra`` ones (a tuner's ``arena.tune``, ``arena.trial``)."""
+    return {"arena.study": run.study, "arena.arm": run.arm, "arena.seed": str(run.seed),
+            "arena.config_hash": run.config_hash, **(extra or {})}
 
 
 def shared(value):
@@ -155,6 +170,11 @@ def start_cache(workdir: Path, run, draw: int = 0) -> Path:
     """Where the starting evaluation of a draw is cached: shared by every run (and control) of the study that
     starts from the same model, task and evaluation."""
     return Path(workdir) / run.study / (f"start-{start_key(run)}" + (f"-draw{draw}" if draw else "") + ".npz")
+
+
+def start_caches(workdir: Path, run) -> list[Path]:
+    """Every starting evaluation the run reads (``start_cache``): one per evaluation draw."""
+    return [start_cache(workdir, run, draw) for draw in range(run.evaluation.draws)]
 
 
 def starting_evaluation(evaluator: Evaluator, policy, cache: Path) -> tuple[Evaluation, np.ndarray]:
@@ -262,10 +282,8 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     """
     from arena.model import load_policy
 
-    tags = {"arena.study": run.study, "arena.arm": run.arm, "arena.seed": str(run.seed),
-            "arena.config_hash": run.config_hash, **(tags or {})}
-    directory = run_directory(workdir, run)
-    checkpoint_path = directory / "checkpoint.pt"
+    tags = identity_tags(run, tags)
+    checkpoint_path = checkpoint_file(workdir, run)
     action, run_id = shared(decide(tracker, tags, checkpoint_path, force))  # rank 0 asks MLflow, for every rank
     if action == "skip":
         return Outcome(run.arm, run.seed, run_id, "skipped")
@@ -358,6 +376,17 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
         bar.close(outcome)
     tracker.finish(run_id, "FINISHED")
     return Outcome(run.arm, run.seed, run_id, "finished")
+
+
+def require_weights(model: str) -> None:
+    """Before an invocation starts anything: a model whose weights are missing is one error (CheckpointError),
+    never a fallback to other weights."""
+    from arena.model.tiny import MODELS
+
+    if model not in MODELS:
+        from arena.model.policy import resolve_checkpoint
+
+        resolve_checkpoint(model)
 
 
 def start_key(run) -> str:

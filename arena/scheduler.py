@@ -1,25 +1,22 @@
 """Places a study's runs: in this process, in parallel processes (one per GPU, or a bounded number
 on CPU), or on a Ray cluster; or one run across the processes of a ``torchrun`` / ``accelerate launch``
-(``join_process_group``); then reads the results back from MLflow and summarises them per arm.
+(``arena.processes.join_process_group``); then reads the results back from MLflow and summarises them per arm.
 
-Each worker process opens its own tracker on the same store and runs ``arena.runner.execute``; a run
-that fails (a reward that raised, a non-finite statistic) is reported and the others go on. Torch
-threads are split between the workers so that parallel runs do not oversubscribe the cores.
+Each worker process (``arena.processes.worker_pool``) opens its own tracker on the same store and runs
+``arena.runner.execute``; a run that fails (``arena.runner.RUN_FAILURES``: a reward that raised, a non-finite
+statistic) is reported and the others go on.
 """
 from __future__ import annotations
 
-import concurrent.futures
-import logging
 import math
-import multiprocessing
 import os
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from arena.runner import Outcome, execute
+from arena.processes import worker_pool, worker_slot
+from arena.runner import RUN_FAILURES, Outcome, execute
 
 
 @dataclass(frozen=True)
@@ -67,46 +64,17 @@ class Placement:
         return int(torch.cuda.is_available())
 
 
-_slot = 0  # in a worker process: the slot (device, progress-bar row) it holds for its whole life
-
-
-def _claim_slot(slots, threads: int) -> None:
-    import torch
-
-    global _slot
-    exit_with_parent()
-    _slot = slots.get()
-    torch.set_num_threads(threads)
-
-
-def exit_with_parent(poll_seconds: float = 1.0) -> None:
-    """End this pool worker when the invocation that started it dies. A SIGKILL'd ``arena run`` or ``arena tune``
-    cannot stop its workers, which would go on training (and logging) runs that the rerun resumes at the same
-    time; the rerun's resume is safe once they are gone (checkpoints are written atomically)."""
-    parent = os.getppid()
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(poll_seconds)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
-def _worker(run, study, uri: str, experiment: str, parent_id: str, workdir: str, placement: Placement,
-            force: bool, progress: bool) -> Outcome:
-    from arena.tracking import Tracker
-
-    return _guarded(run, study, Tracker(uri, experiment), parent_id, Path(workdir), placement.device(_slot), _slot,
+def _run_in_pool_worker(run, study, tracker, parent_id: str, workdir: str, placement: Placement, force: bool,
+                        progress: bool) -> Outcome:
+    """One run in a ``worker_pool`` process, on the device of the slot the process holds."""
+    return _guarded(run, study, tracker, parent_id, Path(workdir), placement.device(worker_slot()), worker_slot(),
                     force, progress)
 
 
 def _guarded(run, study, tracker, parent_id, workdir, device, position, force, progress) -> Outcome:
-    from arena.evaluate import RewardError
-
     try:
         return execute(run, study, tracker, parent_id, workdir, device, position, force, progress)
-    except (RewardError, FloatingPointError, ValueError, RuntimeError) as error:
+    except RUN_FAILURES as error:
         return Outcome(run.arm, run.seed, "", "failed", f"{type(error).__name__}: {error}")
 
 
@@ -116,59 +84,10 @@ def run_all(study, runs, tracker, parent_id: str, workdir: Path, placement: Plac
     if placement.slots == 1:
         return [_guarded(run, study, tracker, parent_id, workdir, placement.device(0), 0, force, progress)
                 for run in runs]
-    context = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools and locks
-    slots = context.Queue()
-    for slot in range(placement.slots):
-        slots.put(slot)
-    with concurrent.futures.ProcessPoolExecutor(placement.slots, mp_context=context, initializer=_claim_slot,
-                                                initargs=(slots, placement.threads())) as pool:
-        futures = [pool.submit(_worker, run, study, tracker.uri, tracker.experiment, parent_id, str(workdir),
-                               placement, force, progress) for run in runs]
+    with worker_pool(placement.slots, placement.threads()) as pool:
+        futures = [pool.submit(_run_in_pool_worker, run, study, tracker, parent_id, str(workdir), placement, force,
+                               progress) for run in runs]
         return [future.result() for future in futures]
-
-
-def launched_processes() -> int:
-    """The processes that ``torchrun`` or ``accelerate launch`` started (their WORLD_SIZE); 1 otherwise."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def join_process_group() -> str:
-    """Join the launch's process group (nccl on GPUs, this process on cuda:LOCAL_RANK; gloo on the CPU) and return
-    this process's device. The process ends in ``leave_process_group``."""
-    import torch
-    import torch.distributed as dist
-
-    if torch.cuda.is_available():
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=torch.device(device))
-        return device
-    dist.init_process_group("gloo")
-    return "cpu"
-
-
-def leave_process_group(code: int) -> int:
-    """End a process that joined a launch's process group, with exit status ``code``; in any other process,
-    return ``code``.
-
-    Ranks leave together after a success (a rank gone early aborts gloo in the others), and at once after an
-    error: the others may wait in a collective, and the launcher stops them. The process then ends by
-    ``os._exit``, without the interpreter's shutdown: torch's DTensor caches keep FSDP's process group, and so
-    gloo's worker threads, alive past ``destroy_process_group``. A worker still releasing the tensors of a
-    finished collective takes the GIL, and a thread that does so while the interpreter shuts down aborts the
-    process ('terminate called without an active exception'): one 2-process CPU launch in three did. Nothing
-    is lost by skipping the shutdown: MLflow calls are synchronous, and the streams and log handlers are
-    flushed here."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_initialized():
-        return code
-    if code == 0:
-        dist.barrier()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    logging.shutdown()
-    os._exit(code)
 
 
 def _ray_task(run, study, uri: str, experiment: str, parent_id: str, workdir: str, device: str, threads: int,
@@ -227,11 +146,6 @@ def run_all_ray(study, runs, tracker, parent_id: str, workdir: Path, placement: 
 
 # ---------------------------------------------------------------------------------------------
 # the printed summary, read back from MLflow (so a study run partly earlier, elsewhere, counts too)
-
-def arm_width(names) -> int:
-    """The width of a table's arm column: the longest arm name, at least 18."""
-    return max([18, *map(len, names)])
-
 
 def summary_table(study, tracker) -> str:
     """The study's table as ``arena report`` computes it (``arena.report.comparison.rows``): per arm and control,
@@ -323,9 +237,10 @@ def samples_per_step(run) -> int | None:
     return run.config.samples_per_step(run.train.prompts_per_step)
 
 
-def plan(study, runs) -> str:
+def describe_runs(study, runs) -> str:
     """What ``arena run`` would do, without loading a model: runs, budget, evaluation schedule, expected samples."""
     from arena.budget import evaluation_points
+    from arena.report.tables import arm_width
 
     budget, evaluation = study.budget, study.evaluation
     marks = ", ".join(f"{m:g}" for m in evaluation_points(budget.amount, evaluation.points))
@@ -347,16 +262,11 @@ def plan(study, runs) -> str:
 def run_study(study, runs, placement: Placement, tracking_uri: str | None, workdir: Path, force: bool = False,
               progress: bool = True) -> list[Outcome]:
     """Every run of ``runs`` under one parent MLflow run, then the summary per arm; returns the outcomes."""
-    from arena.runner import git_commit
+    from arena.runner import git_commit, require_weights
     from arena.tracking import NullTracker, Tracker, resolve_uri
     from methods.base import world
 
-    from arena.model.tiny import MODELS
-
-    if study.model not in MODELS:  # missing weights: one error before anything starts, never a fallback
-        from arena.model.policy import resolve_checkpoint
-
-        resolve_checkpoint(study.model)
+    require_weights(study.model)
     if world()[0] > 0:  # another rank of one run across processes: its share of the work; rank 0 logs and prints
         return [_guarded(runs[0], study, NullTracker(), None, Path(workdir), placement.device(0), 0, force, False)]
     tracker = Tracker(resolve_uri(tracking_uri, study.tracking.uri), study.tracking.experiment or study.name)
@@ -369,20 +279,16 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
         where = f"device {','.join(placement.devices) or default_device()}, {placement.slots} at a time"
     print(f"arena run {study.name}: model {study.model}, profile {study.profile or 'none (embedded tiny model)'}, "
           f"{where}, tracking {tracker.uri} (experiment {tracker.experiment})", flush=True)
-    parent_id = tracker.start_parent(f"{study.name} {time.strftime('%Y-%m-%d %H:%M:%S')}",
-                                     {"arena.study": study.name,
-                                      "arena.git_commit": git_commit(), "arena.profile": study.profile or "none"})
     started = time.time()
-    try:
+    with tracker.parent_run(study.name, {"arena.study": study.name, "arena.git_commit": git_commit(),
+                                         "arena.profile": study.profile or "none"}) as parent:
+        parent_id = parent.run_id
         if placement.backend == "ray":
             outcomes = run_all_ray(study, runs, tracker, parent_id, Path(workdir), placement, force)
         else:
             outcomes = run_all(study, runs, tracker, parent_id, Path(workdir), placement, force, progress)
         outcomes += run_controls(study, tracker, parent_id, Path(workdir), placement, force)
-    except BaseException:
-        tracker.finish(parent_id, "KILLED")
-        raise
-    tracker.finish(parent_id, "FAILED" if any(o.status == "failed" for o in outcomes) else "FINISHED")
+        parent.failed = any(o.status == "failed" for o in outcomes)
     done = {status: sum(o.status == status for o in outcomes) for status in ("finished", "skipped", "failed")}
     print(f"\n{done['finished']} runs finished, {done['skipped']} already finished (skipped), {done['failed']} failed, "
           f"in {time.time() - started:.0f} s\n")

@@ -3,7 +3,7 @@
 Where things land (DESIGN §7):
 
 - an **experiment** per study (created on first use; two processes creating it at once both succeed);
-- a **parent run** per invocation of ``arena run`` (tag ``arena.kind = invocation``);
+- a **parent run** per invocation of ``arena run`` or ``arena tune`` (tag ``arena.kind = invocation``; ``parent_run``);
 - a **child run** per (arm, seed), linked by the system tag ``mlflow.parentRunId``, with the ``arena.*`` tags
   the runner passes (study, arm, seed, method, estimator, config_hash, git_commit, profile) and the arm's
   resolved configuration as params flattened with dots (``options.lr``), values cut to 500 characters;
@@ -76,6 +76,14 @@ class RunRecord:
     status: str  # MLflow status: RUNNING, FINISHED, FAILED, KILLED
     tags: dict[str, str]
     params: dict[str, str]
+
+
+@dataclass
+class ParentRun:
+    """An invocation's parent run while it is open (``Tracker.parent_run``)."""
+
+    run_id: str
+    failed: bool = False  # set by the invocation: the run ends FAILED rather than FINISHED
 
 
 def _matches(error: BaseException | None, needles: tuple[str, ...]) -> bool:
@@ -222,9 +230,22 @@ class Tracker:
             _retry(self.client.set_experiment_tag, self.experiment_id, key, value)
 
     def start_parent(self, name: str, tags: dict[str, str]) -> str:
-        """The parent run of one invocation of ``arena run``."""
+        """The parent run of one invocation of ``arena run`` or ``arena tune``."""
         tags = {**{k: str(v) for k, v in tags.items()}, "arena.kind": "invocation"}
         return _retry(self.client.create_run, self.experiment_id, tags=tags, run_name=name).info.run_id
+
+    @contextlib.contextmanager
+    def parent_run(self, name: str, tags: dict[str, str]):
+        """The parent run of one invocation, named ``name`` and the time, for the length of the ``with`` block:
+        KILLED when the block raises (an interrupt, an error in arena), else FAILED when the block marked the
+        ``ParentRun`` it got as failed (a run or an arm failed), else FINISHED."""
+        parent = ParentRun(self.start_parent(f"{name} {time.strftime('%Y-%m-%d %H:%M:%S')}", tags))
+        try:
+            yield parent
+        except BaseException:
+            self.finish(parent.run_id, "KILLED")
+            raise
+        self.finish(parent.run_id, "FAILED" if parent.failed else "FINISHED")
 
     def start_run(self, name: str, parent_id: str | None, tags: dict[str, str], params: dict) -> str:
         """A child run per (arm, seed), its ``params`` flattened with dots and logged 100 per batch."""

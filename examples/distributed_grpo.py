@@ -17,7 +17,7 @@ from accelerate import PartialState
 
 from arena.model import load_policy
 from arena.rng import seed_of
-from arena.scheduler import leave_process_group
+from arena.processes import leave_process_group
 from methods import make_method
 from methods.base import world
 from rewards import get_task

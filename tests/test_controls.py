@@ -5,7 +5,6 @@ temperature is chosen on the training split only."""
 import dataclasses
 from functools import cache
 
-import numpy as np
 import pytest
 import yaml
 

@@ -9,10 +9,10 @@ PACKAGES = ("arena", "methods", "rewards", "experiments")
 
 # a module, or a package whose modules all share its floor (marked with ".*") -> floor
 FLOORS = {
-    # ground: keyed randomness, config validation, budgets, tracking, progress lines, reward tasks (data and pure
-    # functions)
+    # ground: keyed randomness, config validation, budgets, tracking, progress lines, process plumbing, reward tasks
+    # (data and pure functions)
     "arena": 0, "arena.rng": 0, "arena.config": 0, "arena.budget": 0, "arena.tracking": 0, "arena.progress": 0,
-    "rewards.*": 0,
+    "arena.processes": 0, "rewards.*": 0,
     # the model: layouts, policy, sampler, tiny model
     "arena.model.*": 1,
     # the optimizers, on the model and nothing above it

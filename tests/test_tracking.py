@@ -8,6 +8,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import socket
@@ -312,3 +313,21 @@ def test_a_tracker_travels_to_worker_processes_as_uri_and_experiment(uri):
     tracker = Tracker(uri, "toy")
     copy = pickle.loads(pickle.dumps(tracker))
     assert (copy.uri, copy.experiment, copy.experiment_id) == (tracker.uri, "toy", tracker.experiment_id)
+
+
+def test_an_invocations_parent_run_ends_finished_failed_or_killed(uri):
+    """``parent_run`` (arena run's and arena tune's): FINISHED, FAILED when the invocation says so, KILLED when
+    its block raises (and the error goes on); each tagged an invocation, named with the time it started."""
+    tracker = Tracker(uri, "toy")
+    client = fresh_client(uri)
+    with tracker.parent_run("toy", {"arena.study": "toy"}) as finished:
+        assert client.get_run(finished.run_id).info.status == "RUNNING"
+    with tracker.parent_run("toy", {"arena.study": "toy"}) as failed:
+        failed.failed = True
+    with pytest.raises(KeyboardInterrupt), tracker.parent_run("toy", {"arena.study": "toy"}) as killed:
+        raise KeyboardInterrupt
+    runs = {parent.run_id: client.get_run(parent.run_id) for parent in (finished, failed, killed)}
+    assert [run.info.status for run in runs.values()] == ["FINISHED", "FAILED", "KILLED"]
+    for run in runs.values():
+        assert run.data.tags["arena.kind"] == "invocation" and run.data.tags["arena.study"] == "toy"
+        assert re.fullmatch(r"toy \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", run.info.run_name)

@@ -22,6 +22,8 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from arena import tune as tuning
+from arena.tune.sweep import ArmOutcome, snippet
+from arena.tune.trials import Counts
 from arena.cli import main
 from arena.study import StudyError, load_study, validate
 from test_runner import STUDY as RUNNER_STUDY
@@ -121,6 +123,28 @@ def test_a_sweep_gives_every_arm_n_trials_as_nested_runs_and_writes_a_snippet_th
     assert main(["tune", str(path), "--trials-per-arm", "4", "--jobs", "1"]) == 0  # extended: one more each
     assert states(trials(in_tmp)) == {arm: ["COMPLETE"] * 4 for arm in ARMS}
     assert len(mlflow_runs(in_tmp)[1]) == 8
+
+
+def test_the_snippet_marks_confounded_exactly_the_tuned_arms_that_differ_from_the_reference_in_more(in_tmp):
+    """With its best options, an arm of the reference's method that already varied the tuned option still differs
+    in one variable (no mark); one that varied another now differs in two (confounded_because); an arm of
+    another method differs in its method alone (no mark); and the snippet validates in the study."""
+    same = {"method": "block_grpo", "options": {"lr": 1e-4, "group_size": 4, "max_new_tokens": 8}}
+    study = {**STUDY, "arms": {**STUDY["arms"], "lr_only": {**same, "options": {**same["options"], "lr": 3e-4}},
+                               "wider": {**same, "options": {**same["options"], "group_size": 8}}}}
+    (in_tmp / "study.yaml").write_text(yaml.safe_dump(study, sort_keys=False))
+    lr = {"lr": {"log_uniform": [1e-5, 1e-2]}}
+    tune = tuning.load_tune(write_tune(in_tmp, trials_per_arm=1, arms=["lr_only", "wider", "es"], space={
+        "lr_only": lr, "wider": lr, "es": {"sigma": {"log_uniform": [1e-3, 1e-1]}}}))
+    best = {"lr_only": {"lr": 5e-4}, "wider": {"lr": 5e-4}, "es": {"sigma": 0.03}}
+    found = [ArmOutcome(arm, Counts(finished=1), 0.1, 0, params) for arm, params in best.items()]
+    text = snippet(tune, found)
+    arms = yaml.safe_load(text)["arms"]
+    assert {arm: entry.get("confounded_because") for arm, entry in arms.items()} == {
+        "lr_only": None, "wider": "options tuned separately by arena tune (tune)", "es": None}
+    assert arms["wider"]["options"] == {"lr": 5e-4, "group_size": 8, "max_new_tokens": 8}
+    assert "does not validate" not in text
+    validate({**study, "arms": {**study["arms"], **arms}}, "study.yaml")
 
 
 def test_pruned_trials_are_recorded_and_count_toward_the_trials_per_arm(in_tmp, capsys):

@@ -196,6 +196,12 @@ def text(rows: list[Row], setup: Setup) -> str:
     return "\n".join(out + ["", f"intervals: {SEEDS_AND_EVALUATION} (docs/reporting.md); " + setup_lines(setup)[2][2:]])
 
 
+def arm_width(names) -> int:
+    """The width of the arm column of the tables ``arena run --dry-run`` and ``arena tune`` print: the longest
+    arm name, at least 18."""
+    return max([18, *map(len, names)])
+
+
 def _math(text: str) -> str:
     return "$" + text.replace("−", "-") + "$"
 

@@ -13,8 +13,11 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
-from arena.scheduler import arm_width, exit_with_parent
 from arena.config import StudyError, read_yaml
+from arena.processes import worker_pool, worker_slot
+from arena.report.tables import arm_width
+from arena.runner import (RUN_FAILURES, Stop, checkpoint_file, execute, git_commit, identity_tags, require_weights,
+                          start_caches)
 from arena.study import validate
 from arena.tune.spec import Tune, describe_pruner, describe_sampler
 from arena.tune.trials import (ERROR, RETRY_OF, Counts, Heartbeat, _tell, claim, counts, fail_stale, next_arm,
@@ -60,24 +63,25 @@ def _suggest(trial, option: str, kind: str, values: tuple):
     return trial.suggest_float(option, float(values[0]), float(values[1]), log=kind == "log_uniform")
 
 
-def _share_start(shared: Path, folder: Path, study: str) -> None:
-    """Starting evaluations computed by earlier trials, linked into this trial's folder (the runner's cache)."""
-    target = folder / study
-    target.mkdir(parents=True, exist_ok=True)
-    for cached in shared.glob("start-*.npz"):
-        if not (target / cached.name).exists():
+def _share_start(shared: Path, folder: Path, run) -> None:
+    """The run's starting evaluations that earlier trials computed, linked into this trial's folder, where the
+    runner looks for them (``start_caches``): every trial starts from the same model."""
+    for cache in start_caches(folder, run):
+        if (shared / cache.name).exists() and not cache.exists():
+            cache.parent.mkdir(parents=True, exist_ok=True)
             try:
-                os.link(cached, target / cached.name)
+                os.link(shared / cache.name, cache)
             except OSError:
-                shutil.copyfile(cached, target / cached.name)
+                shutil.copyfile(shared / cache.name, cache)
 
 
-def _publish_start(shared: Path, folder: Path, study: str) -> None:
-    for cached in (folder / study).glob("start-*.npz"):
-        if not (shared / cached.name).exists():
-            staging = shared / f"{cached.name}.{os.getpid()}.tmp"
-            shutil.copyfile(cached, staging)
-            os.replace(staging, shared / cached.name)
+def _publish_start(shared: Path, folder: Path, run) -> None:
+    """The run's starting evaluations, copied from this trial's folder for the trials after it."""
+    for cache in start_caches(folder, run):
+        if cache.exists() and not (shared / cache.name).exists():
+            staging = shared / f"{cache.name}.{os.getpid()}.tmp"
+            shutil.copyfile(cache, staging)
+            os.replace(staging, shared / cache.name)
 
 
 @dataclass
@@ -94,9 +98,6 @@ def run_trial(tune: Tune, arm: str, study: optuna.Study, trial, tracker, parent_
               device: str | None, position: int, progress: bool) -> TrialResult:
     """One trial: sample the options, run the arm over the tune's seeds (pruned at an evaluation point when the
     pruner says so), tell Optuna the mean objective."""
-    from arena.evaluate import RewardError
-    from arena.runner import Stop, execute
-
     root = int(trial.user_attrs.get(RETRY_OF, trial.number))
     params = {option: _suggest(trial, option, kind, values) for option, (kind, values) in tune.space[arm].items()}
     result = TrialResult(arm, trial.number, "failed", params=params)
@@ -110,13 +111,11 @@ def run_trial(tune: Tune, arm: str, study: optuna.Study, trial, tracker, parent_
         runs = one.runs()
         values = []
         for i, run in enumerate(runs):
-            identity = {"arena.study": run.study, "arena.arm": run.arm, "arena.seed": str(run.seed),
-                        "arena.config_hash": run.config_hash, **extra}
-            checkpoint = folder / run.study / run.arm / f"seed{run.seed}-{run.config_hash}" / "checkpoint.pt"
+            identity = identity_tags(run, extra)
             for previous in tracker.find_runs(identity):  # a retry without a checkpoint starts a new run
-                if previous.status in ("RUNNING", "KILLED") and not checkpoint.exists():
+                if previous.status in ("RUNNING", "KILLED") and not checkpoint_file(folder, run).exists():
                     tracker.finish(previous.run_id, "FAILED")
-            _share_start(shared, folder, run.study)
+            _share_start(shared, folder, run)
             curve: list[tuple[int, float, float]] = []
             last_seed = i == len(runs) - 1
 
@@ -138,7 +137,7 @@ def run_trial(tune: Tune, arm: str, study: optuna.Study, trial, tracker, parent_
 
             outcome = execute(run, one, tracker, parent_id, folder, device, position, False, progress,
                               on_evaluation, extra)
-            _publish_start(shared, folder, run.study)
+            _publish_start(shared, folder, run)
             trial.set_user_attr(f"arena.run_id.seed{run.seed}", outcome.run_id)
             values.append(objective_value(tune.objective, curve_of(tracker, outcome.run_id)))
         result.value, result.state = sum(values) / len(values), "finished"
@@ -148,7 +147,7 @@ def run_trial(tune: Tune, arm: str, study: optuna.Study, trial, tracker, parent_
         told = _tell(study, trial, state=TrialState.PRUNED)
     except optuna.exceptions.UpdateFinishedTrialError:  # reporting to a trial another worker failed as stale
         told = False
-    except (RewardError, FloatingPointError, ValueError, RuntimeError) as error:  # ConfigError is a ValueError
+    except RUN_FAILURES as error:
         result.error = f"{type(error).__name__}: {error}"
         try:
             trial.set_user_attr(ERROR, result.error[:1000])
@@ -191,13 +190,11 @@ def work(tune: Tune, storage_url: str, tracker, parent_id: str, workdir: Path, d
     return results
 
 
-def _worker(tune, storage_url, uri, experiment, parent_id, workdir, device, slot, threads, progress):
-    import torch
-
-    from arena.tracking import Tracker
-
-    torch.set_num_threads(threads)
-    return work(tune, storage_url, Tracker(uri, experiment), parent_id, Path(workdir), device, slot, progress)
+def _trials_in_pool_worker(tune: Tune, storage_url: str, tracker, parent_id: str, workdir: str, placement,
+                           progress: bool) -> list[TrialResult]:
+    """A worker (``work``) in a ``worker_pool`` process, on the device of the slot the process holds."""
+    slot = worker_slot()
+    return work(tune, storage_url, tracker, parent_id, Path(workdir), placement.device(slot), slot, progress)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,19 +257,21 @@ def snippet(tune: Tune, found: list[ArmOutcome]) -> str:
     raw = read_yaml(base.source_path)[0]
     from arena.profiles import apply_profile
 
+    # confounded_because on every tuned arm, so that the study validates whatever the tuned options changed; then
+    # off again where the study says the arm still differs from its reference in one variable
+    marked = [arm for arm, entry in arms.items() if not entry.get("confounded_because")]
+    for arm in marked:
+        arms[arm]["confounded_because"] = f"options tuned separately by arena tune ({tune.name})"
     invalid = []
-    for _ in range(len(arms) + 1):  # add confounded_because where the tuned options break the one-variable rule
-        try:
-            validate(apply_profile({**raw, "arms": {**raw["arms"], **arms}}, base.profile or None), base.source_path)
-            break
-        except StudyError as error:
-            moved = [p.path.removeprefix("arms.") for p in error.problems
-                     if p.path.removeprefix("arms.") in arms and "differs from the reference arm" in p.message]
-            for arm in moved:
-                arms[arm]["confounded_because"] = f"options tuned separately by arena tune ({tune.name})"
-            if not moved:
-                invalid = [f"{p.path}: {p.message}" for p in error.problems]
-                break
+    try:
+        study = validate(apply_profile({**raw, "arms": {**raw["arms"], **arms}}, base.profile or None),
+                         base.source_path)
+    except StudyError as error:
+        invalid = [f"{p.path}: {p.message}" for p in error.problems]
+    else:
+        for arm in marked:
+            if arm == study.reference or len(study.differences(arm)) == 1:
+                del arms[arm]["confounded_because"]
     header = [f"# arena tune {tune.source_path}: the best of {tune.trials_per_arm} trials per arm by {tune.objective}",
               f"# (budget {tune.settings.budget.amount:g} {tune.settings.budget.unit}, seeds "
               f"{list(tune.settings.seeds)}, evaluation {tune.settings.evaluation.split} split seed "
@@ -304,18 +303,9 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
           progress: bool = True) -> SweepResult:
     """Trials until every arm has ``trials_per_arm`` finished or pruned ones, under one MLflow parent run;
     prints the best per arm and writes ``out/best.yaml``."""
-    import concurrent.futures
-    import multiprocessing
-
-    from arena.runner import git_commit
     from arena.tracking import Tracker, resolve_uri
 
-    from arena.model.tiny import MODELS
-
-    if tune.settings.model not in MODELS:  # missing weights: one error before anything starts
-        from arena.model.policy import resolve_checkpoint
-
-        resolve_checkpoint(tune.settings.model)
+    require_weights(tune.settings.model)
     tracker = Tracker(resolve_uri(tracking_uri, tune.tracking.uri), tune.tracking.experiment)
     storage_url = tune.storage_url(workdir)
     studies = open_studies(tune, open_storage(storage_url))
@@ -337,37 +327,42 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
             "arena.profile": tune.base.profile or "none", "arena.optuna": optuna.__version__,
             "arena.sampler": repr(studies[tune.arms[0]].sampler), "arena.pruner": repr(tune.pruner),
             "arena.tune_seeds": ",".join(map(str, tune.settings.seeds))}
-    parent_id = tracker.start_parent(f"{tune.name} {time.strftime('%Y-%m-%d %H:%M:%S')}", tags)
-    tracker.log_text(parent_id, Path(tune.source_path).read_text(), "tune.yaml")
-    started = time.time()
-    try:
-        if placement.slots == 1:
-            trials = work(tune, storage_url, tracker, parent_id, Path(workdir), placement.device(0), 0, progress)
-        else:
-            context = multiprocessing.get_context("spawn")
-            with concurrent.futures.ProcessPoolExecutor(placement.slots, mp_context=context,
-                                                        initializer=exit_with_parent) as pool:
-                futures = [pool.submit(_worker, tune, storage_url, tracker.uri, tracker.experiment, parent_id,
-                                       str(workdir), placement.device(slot), slot, placement.threads(), progress)
-                           for slot in range(placement.slots)]
-                trials = [result for future in futures for result in future.result()]
-    except BaseException:
-        tracker.finish(parent_id, "KILLED")
-        raise
+    with tracker.parent_run(tune.name, tags) as parent:
+        tracker.log_text(parent.run_id, Path(tune.source_path).read_text(), "tune.yaml")
+        started = time.time()
+        trials = run_workers(tune, storage_url, tracker, parent.run_id, Path(workdir), placement, progress)
+        result = write_outcome(tune, studies, trials, tracker, parent.run_id, Path(out))
+        parent.failed = bool(result.gave_up)
+    ran = {state: sum(t.state == state for t in trials) for state in ("finished", "pruned", "failed")}
+    print(f"\n{len(trials)} trials in this invocation ({ran['finished']} finished, {ran['pruned']} pruned, "
+          f"{ran['failed']} failed) in {time.time() - started:.0f} s\n")
+    print(table(tune, result.arms))
+    print(f"\nwrote {result.snippet_path}: paste its arms into {tune.base.source_path}, then arena run and "
+          "arena report")
+    return result
+
+
+def run_workers(tune: Tune, storage_url: str, tracker, parent_id: str, workdir: Path, placement,
+                progress: bool) -> list[TrialResult]:
+    """The trials of this invocation: one worker (``work``) in this process when there is one slot, else one in
+    each process of a pool."""
+    if placement.slots == 1:
+        return work(tune, storage_url, tracker, parent_id, workdir, placement.device(0), 0, progress)
+    with worker_pool(placement.slots, placement.threads()) as pool:
+        futures = [pool.submit(_trials_in_pool_worker, tune, storage_url, tracker, parent_id, str(workdir), placement,
+                               progress) for _ in range(placement.slots)]
+        return [result for future in futures for result in future.result()]
+
+
+def write_outcome(tune: Tune, studies: dict, trials: list[TrialResult], tracker, parent_id: str,
+                  out: Path) -> SweepResult:
+    """The best trial per arm: ``out/best.yaml`` (the snippet), also logged to the parent run with the best values."""
     found = outcomes(tune, studies)
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "best.yaml"
     text = snippet(tune, found)
     path.write_text(text)
     tracker.log_text(parent_id, text, "best.yaml")
     tracker.log_metrics(parent_id, {f"tune/best_{o.arm}": o.best_value for o in found if o.best_value is not None}, 0)
-    result = SweepResult(found, trials, path, [o for o in found if o.counts.failed >= tune.trials_per_arm and
-                                               o.counts.finished + o.counts.pruned < tune.trials_per_arm])
-    tracker.finish(parent_id, "FAILED" if result.gave_up else "FINISHED")
-    ran = {state: sum(t.state == state for t in trials) for state in ("finished", "pruned", "failed")}
-    print(f"\n{len(trials)} trials in this invocation ({ran['finished']} finished, {ran['pruned']} pruned, "
-          f"{ran['failed']} failed) in {time.time() - started:.0f} s\n")
-    print(table(tune, found))
-    print(f"\nwrote {path}: paste its arms into {tune.base.source_path}, then arena run and arena report")
-    return result
+    return SweepResult(found, trials, path, [o for o in found if o.counts.failed >= tune.trials_per_arm and
+                                             o.counts.finished + o.counts.pruned < tune.trials_per_arm])

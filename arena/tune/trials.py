@@ -26,8 +26,6 @@ OWNER, BEAT, RETRY_OF, ERROR, SURPLUS = ("arena.owner", "arena.heartbeat", "aren
                                          "arena.surplus")
 
 
-
-
 # ---------------------------------------------------------------------------------------------
 # Optuna: storage, studies, sampler, trials
 
@@ -195,7 +193,14 @@ def claim(tune: Tune, study: optuna.Study):
 
 
 class Heartbeat:
-    """Records the time on the trial every ``HEARTBEAT_SECONDS`` while it runs (the stale test of other machines)."""
+    """Records the time on the trial every ``HEARTBEAT_SECONDS`` while it runs: the stale test of other machines.
+
+    Workers on several machines can share one storage (a journal on a shared filesystem, a database). A trial
+    whose process died stays RUNNING in it, and a RUNNING trial counts toward its arm's ``trials_per_arm``, so
+    without a test the arm would never get its trials. On the machine that ran it, the dead owner's pid tells
+    (``fail_stale``); a pid of another machine tells nothing here, so there a trial silent for ``STALE_AFTER``
+    seconds is taken for dead, failed and queued again, and its retry resumes its runs from their checkpoints.
+    """
 
     def __init__(self, trial):
         self.trial, self.stop_event = trial, threading.Event()

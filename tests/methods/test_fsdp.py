@@ -22,7 +22,7 @@ import methods.grpo
 from arena.rng import torch_generator
 from arena.model.sampler import Generation, SamplerConfig, generate
 from arena.model.tiny import build_policy
-from arena.scheduler import leave_process_group
+from arena.processes import leave_process_group
 from arena.config import ConfigError
 from methods.base import make_method
 from methods.fsdp import MasterWeights
