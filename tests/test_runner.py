@@ -317,7 +317,8 @@ def test_every_draws_start_is_the_start_model_whichever_run_ends_first(in_tmp):
     it.)"""
     from arena.evaluate import Evaluator
     from arena.model import load_policy
-    from arena.study import load_study, load_task
+    from arena.study import load_study
+    from rewards import load_task
 
     study = {**STUDY, "evaluation": {**STUDY["evaluation"], "draws": 2}, "controls": ["frozen"], "seeds": [0],
              "arms": {"block_grpo": {"method": "block_grpo", "options": {"lr": 3e-3, "group_size": 4,
@@ -326,7 +327,7 @@ def test_every_draws_start_is_the_start_model_whichever_run_ends_first(in_tmp):
     assert main(["run", str(path), "--jobs", "1"]) == 0
     spec = load_study(path)
     policy = load_policy("tiny")
-    oracle = Evaluator(load_task(spec.task), spec.evaluation, policy.tokenizer, draw=1).decode(policy).rewards
+    oracle = Evaluator(load_task(spec.task.name, spec.task.levels), spec.evaluation, policy.tokenizer, draw=1).decode(policy).rewards
 
     client = client_for(in_tmp)
     runs, _ = children(client, "e2e")
