@@ -1,4 +1,5 @@
-"""The ``arena`` command line: each command parses its arguments, calls the floors below and prints.
+"""The ``arena`` command line: the parser of every command and ``main``; what a command does once its
+arguments are parsed is in ``arena.commands``.
 
 Building the parser imports nothing heavy (no torch, transformers, numpy or ``methods``), so ``--help``
 and argument errors answer at once; a command imports what it needs when it runs. Out-of-range
@@ -14,13 +15,12 @@ from pathlib import Path
 
 from arena import __version__
 from arena.budget import UNITS
+from arena.commands import (UserError, cmd_estimators, cmd_pretrain, cmd_report, cmd_run, cmd_sample, cmd_tune,
+                            cmd_ui, cmd_validate)
 
 DESCRIPTION = ("arena: compare RL optimizers of block-diffusion language models on the same rewards, prompts "
                "and compute budget.")
 
-
-class UserError(Exception):
-    """A mistake in the command line or its inputs; printed without a traceback."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -51,76 +51,6 @@ positive_int_list = _checked(lambda text: [int(part) for part in text.split(",")
                              "positive integers separated by commas")
 
 
-def cmd_pretrain(args) -> None:
-    import dataclasses
-
-    from arena.model.tiny import cache_root, embedded, matches_within_noise, pretrain, shipped_report
-
-    recipe = embedded(args.model)[0]
-    config = dataclasses.replace(recipe, steps=args.steps) if args.steps else recipe
-    path = args.out or cache_root() / f"{args.model}-{config.digest()}"
-    report = pretrain(config, path, progress=not args.quiet)
-    print(f"{args.model} model built in {report['seconds']:.0f} s (config {report['digest']}): {path}")
-    shipped = shipped_report(args.model)
-    same_config = shipped.get("digest") == report["digest"]
-    measure = "exact match" if config.task == "noisy_arithmetic" else "mean reward"
-    print(f"held-out {measure} per difficulty level ({config.task}), rebuilt" + (" | shipped" if same_config else ""))
-    for level in report["heldout_greedy"]:
-        row = f"  level {level}: greedy {report['heldout_greedy'][level]:6.1%}  sampled {report['heldout_sampled'][level]:6.1%}"
-        if same_config:
-            row += f"  | greedy {shipped['heldout_greedy'][level]:6.1%}  sampled {shipped['heldout_sampled'][level]:6.1%}"
-        print(row)
-    if not same_config:
-        print(f"(the shipped checkpoint has config {shipped.get('digest')}: a different recipe, not compared)")
-        return
-    differing = matches_within_noise(report, shipped)
-    print("the rebuild matches the shipped checkpoint within noise (3 binomial standard errors)" if not differing
-          else "the rebuild differs from the shipped checkpoint beyond noise: " + "; ".join(differing))
-
-
-def cmd_sample(args) -> None:
-    from arena.model import load_policy
-    from arena.model.sampler import SamplerConfig, generate
-    from rewards import chat_prompt
-
-    policy = load_policy(args.model)
-    config = SamplerConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                           threshold=args.threshold, order=args.order)
-    text = args.prompt if args.raw else chat_prompt(args.prompt, policy.tokenizer)
-    prompt = policy.encode(text)
-    if not prompt:
-        raise UserError("--prompt: the prompt is empty after tokenization")
-    out = generate(policy, [prompt] * args.n, config, seed=args.seed)
-    for i, text in enumerate(out.texts):
-        print(f"[{i}] {args.prompt}{text}")
-
-
-def cmd_estimators(args) -> None:
-    from arena import report
-    from arena.estimator_bench import measure
-    from arena.model import load_policy
-    from rewards import get_task
-
-    policy = load_policy(args.model)
-    task = get_task("arithmetic")
-    examples = task.examples("heldout", n=args.prompts, seed=args.seed)
-    prompts = [policy.encode(task.prompt(e, policy.tokenizer)) for e in examples]
-    measured = measure(policy, prompts, args.draws, args.nodes, args.repeats, args.max_new_tokens, args.seed)
-    paths = report.write_estimators(measured, args.out)
-    print(paths["md"].read_text())
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
-
-
-def _study(args):
-    import dataclasses
-
-    from arena.study import load_study
-
-    study = load_study(args.study, args.profile)
-    model = getattr(args, "model", None)
-    return dataclasses.replace(study, model=model) if model else study
-
-
 def _only(text: str) -> dict[str, str]:
     """``arm=NAME,seed=N`` -> {"arm": NAME, "seed": N}."""
     pairs = [part.split("=", 1) for part in text.split(",") if part]
@@ -132,127 +62,6 @@ def _only(text: str) -> dict[str, str]:
     return only
 
 
-def cmd_validate(args) -> None:
-    study = _study(args)
-    runs = study.runs()
-    print(f"{args.study}: valid; {len(study.arms)} arms x {len(study.seeds)} seeds = {len(runs)} runs, "
-          f"reference arm {study.reference!r}" + (f", profile {study.profile}" if study.profile else ""))
-
-
-def cmd_run(args) -> None:
-    from arena import processes, scheduler
-
-    study = _study(args)
-    runs = scheduler.select(study.runs(), args.only or {})
-    if not runs:
-        raise UserError(f"--only {args.only}: no run of {args.study} matches")
-    launched = processes.launched_processes()
-    if launched > 1:
-        _check_launch(args, runs, launched)
-    if args.dry_run:
-        print(scheduler.describe_runs(study, runs))
-        return
-    if args.backend == "local" and (args.address or args.cpus_per_run):
-        raise UserError("--address and --cpus-per-run go with --backend ray")
-    if args.backend == "ray" and args.jobs:
-        raise UserError("--jobs goes with --backend local: Ray runs as many runs at once as the cluster has CPUs "
-                        "(--cpus-per-run each) and GPUs for")
-    if launched > 1:
-        device = processes.join_process_group()  # main() leaves it, with the exit status
-        placement = scheduler.Placement(devices=(device,), processes=launched)
-        _check_outcomes(scheduler.run_study(study, runs, placement, args.tracking_uri, args.workdir, args.force))
-        return
-    placement = scheduler.Placement.auto(args.jobs, args.devices, len(runs), backend=args.backend,
-                                         address=args.address, cpus=args.cpus_per_run or 1)
-    _check_outcomes(scheduler.run_study(study, runs, placement, args.tracking_uri, args.workdir, args.force))
-
-
-def _check_launch(args, runs, processes: int) -> None:
-    """Under torchrun or accelerate launch, the processes share one run: exactly one must be selected."""
-    if len(runs) != 1:
-        raise UserError(f"launched as {processes} processes (WORLD_SIZE={processes}), which train one run together, "
-                        f"but {len(runs)} runs of {args.study} are selected: choose one with --only arm=NAME,seed=N "
-                        "(or start without torchrun / accelerate launch to run them one per process)")
-    if args.jobs or args.devices or args.backend != "local":
-        raise UserError("--jobs, --devices and --backend place several runs; under torchrun or accelerate launch the "
-                        "processes share one run, each on cuda:LOCAL_RANK (or the CPU)")
-
-
-def _check_outcomes(outcomes) -> None:
-    failed = [o for o in outcomes if o.status == "failed"]
-    if failed:
-        raise UserError(f"{len(failed)} of {len(outcomes)} runs failed; rerun the same command to resume them once "
-                        "fixed:\n" + "\n".join(f"  {o.arm} seed {o.seed}: {o.error}" for o in failed))
-
-
-def cmd_report(args) -> None:
-    from arena.report.comparison import write_study_report
-    from arena.report.records import ReportError
-    from arena.tracking import Tracker, missing_store, resolve_uri
-
-    study = _study(args)
-    uri = resolve_uri(args.tracking_uri, study.tracking.uri)
-    if missing_store(uri):
-        raise UserError(f"no tracking store at {missing_store(uri)}: pass the --tracking-uri that 'arena run' wrote to")
-    out = args.out or Path("reports") / study.name
-    tracker = Tracker(uri, study.tracking.experiment)
-    if args.plan:
-        from arena.report.planning import plan
-        from arena.report.records import read_results
-
-        try:
-            print(plan(read_results(tracker, study), args.margin, args.share))
-        except (ReportError, ValueError) as error:
-            raise UserError(str(error)) from None
-        return
-    try:
-        report = write_study_report(study, tracker, out, args.x)
-    except ReportError as error:
-        raise UserError(str(error)) from None
-    print((out / "summary.md").read_text())
-    print(f"wrote {out}: " + ", ".join(path.name for path in report.paths))
-    if report.logged_to:
-        print(f"logged to the parent run {report.logged_to} ({uri}, experiment {study.tracking.experiment}), "
-              "artifacts report/")
-    for note in report.notes:
-        print(note)
-
-
-def cmd_tune(args) -> None:
-    from arena import tune as tuning
-    from arena.scheduler import Placement
-
-    spec = tuning.load_tune(args.tune, args.profile, args.trials_per_arm)
-    if args.storage:
-        import dataclasses
-
-        spec = dataclasses.replace(spec, storage=args.storage)
-    if args.dry_run:
-        print(tuning.describe_tune(spec, args.workdir))
-        return
-    placement = Placement.auto(args.jobs, args.devices, len(spec.arms) * spec.trials_per_arm)
-    result = tuning.sweep(spec, placement, args.tracking_uri, args.workdir, args.out or Path("reports") / spec.name)
-    if result.gave_up:
-        raise UserError("stopped after as many failed trials as --trials-per-arm: " + "; ".join(
-            f"{o.arm} ({o.counts.failed} failed, e.g. {o.errors[-1]})" for o in result.gave_up))
-
-
-def cmd_ui(args) -> None:
-    import os
-
-    from arena.tracking import missing_store, resolve_uri, ui_url
-
-    study = _study(args) if args.study else None
-    uri = resolve_uri(args.tracking_uri, study.tracking.uri if study else None)
-    if not uri.startswith("sqlite:") and not uri.startswith("file:") and "://" in uri:
-        raise UserError(f"{uri} is a tracking server: open it in a browser")
-    experiment = study.tracking.experiment if study and not missing_store(uri) else None
-    url = ui_url(f"http://127.0.0.1:{args.port}", uri, experiment)
-    print(f"MLflow UI for {uri} (Ctrl-C stops it): open {url}", flush=True)
-    # a viewer: without MLflow's job runner (GenAI scorers, trace rollups), whose processes slow the start
-    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    os.execvp(sys.executable, [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--port",
-                               str(args.port), "--host", "127.0.0.1", "--workers", "1"])  # one user: one worker starts fastest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -529,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"arena {args.command}: interrupted", file=sys.stderr)
         code = 130
+    except BrokenPipeError:  # the reader went away (`arena run --dry-run | head`): stop quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not raise again
+        code = 141
     return leave_process_group(code)  # a launch's process ends there (in any other, it returns the status)
 
 

@@ -23,7 +23,7 @@ FLOORS = {
     # experiments: variants that studies name by import path and nothing in the packages imports
     "experiments.*": 3,
     # commands: parse, call the floors below, print
-    "arena.cli": 4, "arena.__main__": 4,
+    "arena.cli": 4, "arena.commands": 4, "arena.__main__": 4,
 }
 
 
