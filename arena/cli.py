@@ -47,6 +47,8 @@ non_negative_float = _checked(float, lambda v: 0 <= v < math.inf, "a non-negativ
 probability = _checked(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 positive_float = _checked(float, lambda v: 0 < v < math.inf, "a positive number")
 share = _checked(float, lambda v: 0 < v < 1, "a number in (0, 1)")
+evaluation_size = _checked(lambda text: tuple(int(part) for part in text.lower().split("x")),
+                           lambda v: len(v) == 2 and min(v) >= 1, "PROMPTSxSAMPLES, two positive integers, e.g. 1024x16")
 positive_int_list = _checked(lambda text: [int(part) for part in text.split(",")], lambda v: all(k >= 1 for k in v),
                              "positive integers separated by commas")
 
@@ -252,6 +254,9 @@ def add_report(commands) -> None:
                         help="with --plan: the margin to decide at (default: the study's analysis.margin)")
     parser.add_argument("--share", type=share, default=0.25,
                         help="with --plan: the largest share of the variance the evaluation may hold (default: %(default)s)")
+    parser.add_argument("--evaluation", type=evaluation_size, default=None, metavar="PROMPTSxSAMPLES",
+                        help="with --plan: count the seeds for this evaluation, e.g. 1024x16 (prompts over all draws "
+                             "together, samples per prompt), its variance rescaled from the pilot's (default: the pilot's)")
 
 
 def add_tune(commands) -> None:

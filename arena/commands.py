@@ -151,7 +151,7 @@ def cmd_report(args) -> None:
         from arena.report.records import read_results
 
         try:
-            print(plan(read_results(tracker, study), args.margin, args.share))
+            print(plan(read_results(tracker, study), args.margin, args.share, args.evaluation))
         except (ReportError, ValueError) as error:
             raise UserError(str(error)) from None
         return

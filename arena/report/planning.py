@@ -12,6 +12,9 @@ seed SDs s_a, s_b and evaluation variance V_e of the difference (``arena.report.
   variance in the pilot (``stats.within_prompt_share``).
 
 A comparison that no seed count decides (V_e alone too large) says so: only a larger evaluation helps there.
+``evaluation=(N, k)`` plans the seeds for that evaluation instead of the pilot's (N prompts over all draws, k
+samples each): V_e is rescaled to it by the same formula before the seeds are counted, so a pre-registration can
+name its evaluation size and the seeds that go with it.
 """
 from __future__ import annotations
 
@@ -40,7 +43,8 @@ def prompts_needed(evaluation_var: float, seed_var: float, prompts: int, samples
     return None
 
 
-def plan(results: Results, margin: float | None = None, share: float = 0.25) -> str:
+def plan(results: Results, margin: float | None = None, share: float = 0.25,
+         evaluation: tuple[int, int] | None = None) -> str:
     study = results.study
     margin = margin if margin is not None else study.analysis.margin
     if margin is None:
@@ -52,12 +56,14 @@ def plan(results: Results, margin: float | None = None, share: float = 0.25) -> 
     if not pairs:
         return "nothing to plan: the study has no finished comparison (an arm and its reference, or the sharpen control)"
     level = study.analysis.level / max(1, sum(b == reference for _, b in pairs))
-    evaluation = study.evaluation
-    lines = [f"plan for {study.name} from its pilot ({evaluation.draws} draw(s) of {evaluation.prompts} prompts x "
-             f"{evaluation.samples} samples): margin ±{margin:g}, power {POWER:g}, level {level:.3g} "
-             f"(study level over the comparisons with the reference, Holm's first step)", ""]
+    pilot = study.evaluation
+    k, pilot_prompts = pilot.samples, pilot.prompts * pilot.draws
+    planned = f"{evaluation[0]} prompts x {evaluation[1]} samples (V_e rescaled)" if evaluation else "the pilot's"
+    lines = [f"plan for {study.name} from its pilot ({pilot.draws} draw(s) of {pilot.prompts} prompts x "
+             f"{k} samples): margin ±{margin:g}, power {POWER:g}, level {level:.3g} "
+             f"(study level over the comparisons with the reference, Holm's first step); seeds and eval SE at "
+             f"{planned} evaluation", ""]
     width = max(len(f"{a} vs {b}") for a, b in pairs)
-    k = evaluation.samples
     head = (f"{'comparison':<{width}}  {'seed SDs':>13}  {'eval SE':>7}  {'seeds: differ':>13}  {'seeds: equiv':>12}  "
             f"prompts for eval share <= {share:g} at k = {k}, {2 * k}, {4 * k}")
     lines.append(head)
@@ -66,17 +72,18 @@ def plan(results: Results, margin: float | None = None, share: float = 0.25) -> 
         sd = [0.0 if name in results.controls else float(stats.seed_gains(draws, statistic).mean(axis=1).std(ddof=1))
               for name, draws in ((arm, a), (other, b))]
         evaluation_var = stats.evaluation_variance([(1.0, a), (-1.0, b)], statistic)
-        differ, equivalent = stats.seeds_needed(tuple(sd), evaluation_var, margin, level, POWER)
-        planned = max(n for n in (differ, equivalent, len(results.arms[arm])) if n is not None)
-        seed_var = sum(s**2 for s in sd) / planned
         within = stats.within_prompt_share(np.concatenate([r.start_rewards for r in results.arms[arm]]),
                                            np.concatenate([r.end_rewards for r in results.arms[arm]]))
-        sizes = [prompts_needed(evaluation_var, seed_var, evaluation.prompts * evaluation.draws, k, within, k * f, share)
-                 for f in (1, 2, 4)]
+        at_plan = evaluation_var if evaluation is None else stats.evaluation_var_at(
+            evaluation_var, pilot_prompts, k, within, *evaluation)
+        differ, equivalent = stats.seeds_needed(tuple(sd), at_plan, margin, level, POWER)
+        seeds = max(n for n in (differ, equivalent, len(results.arms[arm])) if n is not None)
+        seed_var = sum(s**2 for s in sd) / seeds
+        sizes = [prompts_needed(evaluation_var, seed_var, pilot_prompts, k, within, k * f, share) for f in (1, 2, 4)]
         show = lambda n: "none decides" if n is None else str(n)  # noqa: E731
-        lines.append(f"{f'{arm} vs {other}':<{width}}  {sd[0]:>6.3f}/{sd[1]:<6.3f}  {math.sqrt(evaluation_var):>7.3f}  "
+        lines.append(f"{f'{arm} vs {other}':<{width}}  {sd[0]:>6.3f}/{sd[1]:<6.3f}  {math.sqrt(at_plan):>7.3f}  "
                      f"{show(differ):>13}  {show(equivalent):>12}  "
-                     + ", ".join("-" if n is None else str(n) for n in sizes) + f" (at {planned} seeds)")
+                     + ", ".join("-" if n is None else str(n) for n in sizes) + f" (at {seeds} seeds)")
     lines += ["", "seeds: per arm (a control has none); prompts: all draws together (D draws of N count as D·N), at the seed count in brackets; "
-              "eval SE: of the difference, at the pilot's evaluation. A planning approximation (docs/reporting.md)."]
+              f"eval SE: of the difference, at {planned} evaluation. A planning approximation (docs/reporting.md)."]
     return "\n".join(lines)
