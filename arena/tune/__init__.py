@@ -22,7 +22,8 @@ section but ``study`` and ``space`` is optional; the values shown are the defaul
     seeds: 1                    # training seeds per trial: a count n (the first n integers that are not
                                 # seeds of the study) or a list; a trial's value is the mean over its seeds
     evaluation: {}              # merged over the study's evaluation section; defaults: split train (the training
-                                # split's own prompts, never the held-out ones the study reports on), seed the study's + 1
+                                # split's own prompts, never the held-out ones the study reports on), seed the study's + 1,
+                                # draws 1 (the objective reads draw 0 only)
     budget: {}                  # merged over the study's budget section
     pruner: {name: median, n_startup_trials: 2, n_warmup_steps: 0}  # median | percentile | threshold | none
     sampler: {n_startup_trials: 10}  # TPE: the first n trials of each arm are random (Optuna's default 10)

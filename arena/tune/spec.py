@@ -280,9 +280,11 @@ def search_space(given, arms: list[str], base: Study, problems: list) -> dict:
 
 def trial_sections(raw: dict, base: Study, problems: list) -> dict:
     """A trial's evaluation and budget: the tune file's, merged over the study's (evaluation: on the training
-    split, seeded one past the study's, unless the tune file says otherwise)."""
+    split, seeded one past the study's, one draw, since the objective reads draw 0 only, unless the tune file says
+    otherwise)."""
     shared = {}
-    for key, cls, default in (("evaluation", EvaluationSpec, {"seed": base.evaluation.seed + 1, "split": "train"}),
+    for key, cls, default in (("evaluation", EvaluationSpec, {"seed": base.evaluation.seed + 1, "split": "train",
+                                                               "draws": 1}),
                               ("budget", BudgetSpec, {})):
         given = raw.get(key) or {}
         if not isinstance(given, dict):
