@@ -22,7 +22,9 @@ r_ij the reward of sample j of prompt i:
 An evaluation *draw* is one set of N distinct prompts with its decoding seeds. Draw 0 is the one every
 evaluation point decodes; a study with ``evaluation.draws: D`` also decodes draws 1..D-1 at the start and
 at the end, each an independent sample of prompts (keyed by (evaluation seed, EvaluationKey.DRAW_PROMPTS, d)) with its
-own decoding seeds, so that the report can count, and measure, what one finite draw adds to a gain.
+own decoding seeds, so that the report can count, and measure, what one finite draw adds to a gain. Those
+final draws may be larger than draw 0 (``draw_prompts``, ``draw_samples``): a final comparison at 512 x 16 costs
+two decodes per draw, where the curve's draw 0 is decoded at every point.
 """
 from __future__ import annotations
 
@@ -72,12 +74,14 @@ class Evaluation:
 
 class Evaluator:
     """Decodes one draw of the study's evaluation prompts (held out, or the train split's when tuning); ``spec`` is
-    the study's evaluation section, ``draw`` the draw (0: the one every evaluation point decodes)."""
+    the study's evaluation section, ``draw`` the draw (0: the one every evaluation point decodes; draws 1.. are
+    sized by the section's draw_prompts and draw_samples)."""
 
     def __init__(self, task, spec, tokenizer=None, source: str | None = None, draw: int = 0):
-        self.task, self.spec, self.draw = task, spec, draw
+        self.task, self.spec, self.draw = task, spec.of_draw(draw), draw
         self.prompt_seed = spec.seed if draw == 0 else seed_of(spec.seed, EvaluationKey.DRAW_PROMPTS, draw)
-        self.examples = distinct_examples(task, spec, source, self.prompt_seed)
+        sized_by = "evaluation.draw_prompts" if draw and spec.draw_prompts else "evaluation.prompts"
+        self.examples = distinct_examples(task, self.spec, source, self.prompt_seed, sized_by)
         self.texts = [task.prompt(e, tokenizer) for e in self.examples]
         self.levels = [e.get("difficulty") for e in self.examples]
         lo, hi = getattr(task, "reward_range", (0.0, 1.0))
@@ -147,18 +151,19 @@ class EvaluationError(ValueError):
     """The evaluation cannot draw what the study asks for (more distinct prompts than the split holds)."""
 
 
-def distinct_examples(task, spec, source: str | None, seed: int) -> list[dict]:
+def distinct_examples(task, spec, source: str | None, seed: int, sized_by: str = "evaluation.prompts") -> list[dict]:
     """``spec.prompts`` distinct items of ``spec.split`` (asked of the task as ``distinct=True`` where its
-    ``examples`` takes it); EvaluationError naming ``evaluation.prompts`` when they are not to be had."""
+    ``examples`` takes it); EvaluationError naming ``sized_by`` (the study key that asked) when they are not to be
+    had."""
     name = getattr(task, "name", type(task).__name__)
     distinct = {"distinct": True} if "distinct" in inspect.signature(task.examples).parameters else {}
     try:
         examples = task.examples(spec.split, n=spec.prompts, seed=seed, source=source, **distinct)
     except ValueError as error:
-        raise EvaluationError(f"evaluation.prompts: {spec.prompts} distinct prompts are not to be had: {error}") from None
+        raise EvaluationError(f"{sized_by}: {spec.prompts} distinct prompts are not to be had: {error}") from None
     texts = [task.prompt(e) for e in examples]
     if len(examples) < spec.prompts or len(set(texts)) < len(texts):
-        raise EvaluationError(f"evaluation.prompts: task {name!r} gave {len(set(texts))} distinct prompts of the "
+        raise EvaluationError(f"{sized_by}: task {name!r} gave {len(set(texts))} distinct prompts of the "
                               f"{spec.prompts} asked for on the {spec.split} split; ask for at most that many")
     return examples
 

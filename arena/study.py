@@ -24,6 +24,8 @@ A study compares arms (optimizers with their options) on shared settings, one va
       points: 5                 # evaluation points including the start (>= 2), equally spaced in budget
       seed: 0                   # keys the held-out prompts and every evaluation decoding seed
       draws: 1                  # independent evaluation draws (prompts and decoding seeds) at the start and end
+      draw_prompts: null        # prompts of each of draws 1..draws-1; null: prompts (draw 0's, every point's)
+      draw_samples: null        # samples per prompt on draws 1..draws-1; null: samples
     budget:
       unit: samples             # samples | tokens | forward_tokens | flops | seconds (arena.budget.UNITS)
       amount: 2048              # > 0, per run
@@ -36,6 +38,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
       margin: null              # > 0: arms within ±margin of the reference (tail gain) can be found equivalent (TOST)
       correction: holm          # holm | bonferroni | none, over the arms compared with the reference
       level: 0.05               # of every test; intervals are 95%
+      draws: null               # the evaluation draws the verdicts pool, e.g. [1, 2]; null: every draw
     controls: []                # built-in arms evaluated without training: frozen, sharpen (docs/reporting.md)
     at: {}                      # profile -> {budget, seeds, train, evaluation} under that profile (arena.profiles)
     arms:                       # required: name -> arm, in run order
@@ -79,6 +82,8 @@ from arena.budget import MAX_MARK, UNITS
 from arena.config import (CONVERT, REQUIRED, Checked, ConfigError, Located, Problem, StudyError, build, located,
                           read_yaml, unknown_key)
 from arena.profiles import apply_profile
+
+IDENTITY_WHEN_SET = "identity when set"  # field metadata: ``plain`` (hence every hash) leaves the field out while None
 from methods import MethodConfig, method_class, method_family
 from rewards import load_task
 
@@ -136,11 +141,19 @@ class EvaluationSpec(Section):
     points: int = 5
     seed: int = 0
     draws: int = 1
+    # the final comparison's draws may be larger than the curve's draw 0 (decoded at every point); identity only
+    # when set, so that a study without them keeps the config hash it had before they existed
+    draw_prompts: int | None = field(default=None, metadata={IDENTITY_WHEN_SET: True})
+    draw_samples: int | None = field(default=None, metadata={IDENTITY_WHEN_SET: True})
 
     def problems(self):
-        for name, low in {"prompts": 1, "samples": 1, "max_new_tokens": 1, "points": 2, "seed": 0, "draws": 1}.items():
-            if getattr(self, name) < low:
+        for name, low in {"prompts": 1, "samples": 1, "max_new_tokens": 1, "points": 2, "seed": 0, "draws": 1,
+                          "draw_prompts": 1, "draw_samples": 1}.items():
+            if getattr(self, name) is not None and getattr(self, name) < low:
                 yield name, f"must be >= {low}, got {getattr(self, name)!r}"
+        for name in ("draw_prompts", "draw_samples"):
+            if getattr(self, name) is not None and self.draws == 1:
+                yield name, "sizes evaluation draws 1..draws-1, and with draws: 1 there are none; set draws >= 2"
         if not self.temperature >= 0:
             yield "temperature", f"must be >= 0, got {self.temperature!r}"
         if not self.alphas:
@@ -152,6 +165,13 @@ class EvaluationSpec(Section):
             yield "primary_alpha", f"must be one of alphas {list(self.alphas)}, got {self.primary_alpha!r}"
         if not 0 < self.hard_fraction < 1:
             yield "hard_fraction", f"must be in (0, 1), got {self.hard_fraction!r}"
+
+    def of_draw(self, draw: int) -> "EvaluationSpec":
+        """The settings draw ``draw`` is decoded with: draw 0 this section's, draws 1.. at their own size."""
+        if draw == 0:
+            return self
+        return dataclasses.replace(self, prompts=self.draw_prompts or self.prompts,
+                                   samples=self.draw_samples or self.samples)
 
 
 @dataclass(frozen=True)
@@ -171,12 +191,16 @@ class AnalysisSpec(Section):
     margin: float | None = None
     correction: Literal["holm", "bonferroni", "none"] = "holm"
     level: float = 0.05
+    draws: tuple[int, ...] | None = field(default=None, metadata={IDENTITY_WHEN_SET: True})
 
     def problems(self):
         if self.margin is not None and not (self.margin > 0 and math.isfinite(self.margin)):
             yield "margin", f"must be a number > 0 (the equivalence margin of the tail gain) or null, got {self.margin!r}"
         if not 0 < self.level < 0.5:
             yield "level", f"must be in (0, 0.5), got {self.level!r}"
+        if self.draws is not None and (not self.draws or any(type(d) is not int or d < 0 for d in self.draws)
+                                       or len(set(self.draws)) != len(self.draws)):
+            yield "draws", f"must list distinct evaluation draws (0, 1, ...), or be null for all, got {list(self.draws)}"
 
 
 CONTROLS = ("frozen", "sharpen")  # arena.controls evaluates them
@@ -294,6 +318,10 @@ class Study(Section):
                 yield f"controls[{i}]", f"unknown control {control!r}; known controls: {', '.join(CONTROLS)}"
         if len(set(self.controls)) != len(self.controls):
             yield "controls", f"must be distinct, got {list(self.controls)}"
+        drawn = self.evaluation.draws
+        if self.analysis.draws and any(type(d) is int and d >= drawn for d in self.analysis.draws):
+            yield "analysis.draws", (f"pools draws {list(self.analysis.draws)}, but evaluation.draws is {drawn} "
+                                     f"(draws 0..{drawn - 1})")
         if self.arms and self.reference not in self.arms:
             yield "reference", f"no arm named {self.reference!r}; arms: {', '.join(self.arms)}"
             return
@@ -377,9 +405,11 @@ class RunSpec:
 
 
 def plain(value):
-    """Dataclasses, dicts, lists and tuples as plain dicts and lists (YAML- and JSON-safe)."""
+    """Dataclasses, dicts, lists and tuples as plain dicts and lists (YAML- and JSON-safe); a field marked
+    ``IDENTITY_WHEN_SET`` is left out while it is None (so that adding it changed no config hash)."""
     if dataclasses.is_dataclass(value):
-        value = dataclasses.asdict(value)
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
+                 if not (f.metadata.get(IDENTITY_WHEN_SET) and getattr(value, f.name) is None)}
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     return [plain(v) for v in value] if isinstance(value, (list, tuple)) else value

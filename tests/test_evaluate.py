@@ -1,12 +1,12 @@
 """Tail metrics against hand-computed values and brute force; the hard subset has no regression to the mean."""
 import itertools
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from arena.evaluate import Evaluation, Evaluator, RewardError, checked_reward, lower_cvar, pass_at_k, select_hard
+from arena.study import EvaluationSpec
 
 
 def test_lower_cvar_by_hand():
@@ -29,7 +29,7 @@ def test_pass_at_k_is_the_chance_that_k_of_n_draws_without_replacement_hit(n, c,
 def spec(**changes):
     values = dict(prompts=4, samples=2, temperature=1.0, max_new_tokens=4, alphas=(0.25, 0.5), primary_alpha=0.5,
                   hard_fraction=0.5, points=3, seed=0, split="heldout")
-    return SimpleNamespace(**{**values, **changes})
+    return EvaluationSpec(**{**values, **changes})
 
 
 class Levels:

@@ -17,6 +17,7 @@ import methods.es
 import methods.grpo
 import methods.likelihood
 from arena import rng
+from arena.study import EvaluationSpec
 from methods.base import make_method
 
 KEYED = ("seed_of", "numpy_generator", "torch_generator")
@@ -101,8 +102,8 @@ def test_evaluation_keys(monkeypatch):
     seen = record(monkeypatch, arena.evaluate)
     task = SimpleNamespace(examples=lambda split, n, seed, source: [{"a": i, "seed": seed} for i in range(n)],
                            prompt=lambda e, tokenizer=None: f"{e['a']}=", reward=lambda text, e: 0.0)
-    spec = SimpleNamespace(seed=3, prompts=2, split="heldout", samples=1, max_new_tokens=4, temperature=1.0,
-                           hard_fraction=0.5)
+    spec = EvaluationSpec(seed=3, prompts=2, split="heldout", samples=1, max_new_tokens=4, temperature=1.0,
+                          hard_fraction=0.5)
     decoded = []
     monkeypatch.setattr(arena.evaluate, "generate", lambda policy, prompts, config, seed, row_ids: (
         decoded.append(seed), SimpleNamespace(texts=["x"] * len(prompts), forward_tokens=0))[1])

@@ -289,7 +289,8 @@ def test_the_printed_summary_and_summary_md_show_the_same_numbers(in_tmp, capsys
     assert main(["report", str(path), "--out", str(in_tmp / "report")]) == 0
     capsys.readouterr()
     summary = (in_tmp / "report" / "summary.md").read_text()
-    table = [line.split("|")[1:-1] for line in summary.splitlines() if line.startswith("| ")][1:]
+    main_table = summary.split("## Each evaluation draw")[0]  # the per-draw table follows (two draws)
+    table = [line.split("|")[1:-1] for line in main_table.splitlines() if line.startswith("| ")][1:]
     assert [cells[0].strip() for cells in table] == ["block_grpo", "grpo", "frozen (control)", "sharpen (control)"]
     for cells in table:
         arm, tail, over, hard = (c.strip() for c in (cells[0], cells[2], cells[3], cells[4]))
@@ -339,3 +340,43 @@ def test_every_draws_start_is_the_start_model_whichever_run_ends_first(in_tmp):
     trained = next(r for r in runs if r.data.tags["arena.arm"] == "block_grpo")
     saved = np.load(in_tmp / trained.info.run_id / "01.npz")
     assert not np.array_equal(saved["end"], saved["start"])  # it trained: a start taken at its end would differ
+
+
+def test_final_draws_have_their_own_size_and_the_verdicts_pool_only_the_draws_the_study_names(in_tmp, capsys):
+    """Draws 1-2 decoded at 6 prompts x 3 samples beside a 12 x 2 draw 0, and analysis.draws [1, 2]: the table's tail
+    gain is the mean over seeds and those two draws of lower CVaR (end) - lower CVaR (start), recomputed here from
+    the arrays MLflow holds, and summary.md shows each draw alone."""
+    import math
+
+    study = {**STUDY, "evaluation": {**STUDY["evaluation"], "draws": 3, "draw_prompts": 6, "draw_samples": 3},
+             "analysis": {"draws": [1, 2]}, "controls": ["frozen"],
+             "arms": {"block_grpo": STUDY["arms"]["block_grpo"],
+                      "grpo": {"method": "grpo", "options": {"lr": 1e-4, "group_size": 4, "max_new_tokens": 8}}}}
+    path = write(in_tmp, study)
+    assert main(["run", str(path), "--jobs", "1"]) == 0
+    client = client_for(in_tmp)
+    runs, _ = children(client, "e2e")
+    gains = {}
+    for run in runs:
+        arm, folder = run.data.tags["arena.arm"], in_tmp / run.info.run_id
+        first = np.load(client.download_artifacts(run.info.run_id, "evaluations/000000000/per_prompt_rewards.npz",
+                                                  str(folder)))
+        assert first["rewards"].shape == (12, 2)
+        for d in (1, 2):
+            saved = np.load(client.download_artifacts(run.info.run_id, f"evaluations/draws/{d:02d}.npz", str(folder)))
+            assert saved["start"].shape == saved["end"].shape == (6, 3), (arm, d)
+            count = math.ceil(0.5 * 6)  # the study's primary alpha 0.5 over 6 prompts
+            cvar = lambda rewards: np.sort(rewards.mean(axis=1))[:count].mean()  # noqa: E731
+            gains.setdefault(arm, []).append(cvar(saved["end"]) - cvar(saved["start"]))
+    assert main(["report", str(path), "--out", str(in_tmp / "report")]) == 0
+    summary = (in_tmp / "report" / "summary.md").read_text()
+    assert "draw 0 of 12 distinct prompts x 2 samples at every point, draws 1-2 of 6 x 3" in summary
+    assert "the verdicts pool draws 1, 2" in summary and "| draw 1 (6 x 3) | vs block_grpo |" in summary
+    main_table = [line for line in summary.split("## Each evaluation draw")[0].splitlines() if line.startswith("| grpo")]
+    assert main_table[0].split("|")[3].strip().startswith(f"{np.mean(gains['grpo']):+.3f}"), (main_table, gains)
+
+    assert main(["report", str(path), "--plan", "--margin", "0.05"]) == 0  # the plan's pilot: the pooled draws
+    assert "from its pilot (2 draw(s) of 6 prompts x 3 samples)" in capsys.readouterr().out
+    write(in_tmp, {**study, "analysis": {"draws": None}})  # every draw: 12 x 2 and 6 x 3, no one pilot size
+    assert main(["report", str(path), "--plan", "--margin", "0.05"]) == 2
+    assert "differ in size" in capsys.readouterr().err

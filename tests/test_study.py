@@ -258,6 +258,32 @@ def test_primary_alpha_not_in_alphas_and_alphas_out_of_range(tmp_path):
                             f"{path}:3: evaluation.primary_alpha: must be one of alphas [0.1, 1.5], got 0.3"]
 
 
+def test_final_draw_sizes_and_pooled_draws_are_checked_where_they_are_written(tmp_path):
+    path = write(tmp_path, "evaluation:\n  draw_prompts: 64\n  draw_samples: 0\n"
+                 "analysis:\n  draws: [1, 1]\n" + arms("a: {method: es}\n"))
+    assert errors(path) == [
+        f"{path}:2: evaluation.draw_prompts: sizes evaluation draws 1..draws-1, and with draws: 1 there are none; "
+        "set draws >= 2",
+        f"{path}:3: evaluation.draw_samples: must be >= 1, got 0",
+        f"{path}:5: analysis.draws: must list distinct evaluation draws (0, 1, ...), or be null for all, got [1, 1]"]
+    path = write(tmp_path, "evaluation:\n  draws: 2\nanalysis:\n  draws: [1, 2]\n" + arms("a: {method: es}\n"))
+    assert errors(path) == [f"{path}:4: analysis.draws: pools draws [1, 2], but evaluation.draws is 2 (draws 0..1)"]
+
+
+def test_final_draws_take_their_own_size_and_a_study_without_them_keeps_its_old_hash(tmp_path):
+    """The oracle for the hash is the value this study had before draw_prompts, draw_samples and analysis.draws
+    existed (computed at 06093a7): adding a field must not orphan the runs a store already holds."""
+    raw = {"name": "h", "evaluation": {"prompts": 12, "samples": 2, "draws": 2}, "seeds": [0],
+           "arms": {"grpo": {"method": "grpo", "options": {"lr": 1e-4}}}}
+    assert validate(raw, "h.yaml").runs()[0].config_hash == "0d6d139a72e7"
+    sized = validate({**raw, "evaluation": {**raw["evaluation"], "draws": 3, "draw_prompts": 40, "draw_samples": 16},
+                      "analysis": {"draws": [1, 2]}}, "h.yaml")
+    spec = sized.evaluation
+    assert (spec.of_draw(0).prompts, spec.of_draw(0).samples) == (12, 2)
+    assert (spec.of_draw(2).prompts, spec.of_draw(2).samples) == (40, 16)
+    assert sized.analysis.draws == (1, 2) and sized.runs()[0].config_hash != "0d6d139a72e7"
+
+
 def test_bad_seeds_and_reference(tmp_path):
     path = write(tmp_path, "seeds: [0, -1, 0]\nreference: nobody\narms:\n  a: {method: es}\n")
     assert errors(path) == [f"{path}:1: seeds[1]: must be a non-negative integer, got -1",

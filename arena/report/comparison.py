@@ -8,10 +8,10 @@ logged to the study's latest parent run (``report/``). What each file shows: doc
     mean_reward.{png,pdf}     mean reward against budget
     levels.{png,pdf}          mean reward per difficulty level (when the task has levels)
     final_tail_gain.{png,pdf} final tail gain per arm and control: mean, 95% interval over seeds and evaluation
-                              draws, each seed
+                              draws, each seed (its gain averaged over the draws the verdicts pool)
     tail_profile.{png,pdf}    reward of the p-th worst prompt against p at the end (and at the start), and the
                               tail gain at every level p (lower CVaR at p, end minus start)
-    summary.md, table.tex     the table per arm (arena.report.tables)
+    summary.md, table.tex     the table per arm (arena.report.tables); summary.md also each evaluation draw alone
 """
 from __future__ import annotations
 
@@ -81,11 +81,11 @@ def statistics(study) -> dict[str, stats.Statistic]:
 
 
 def gain(results: Results, arm: str, name: str) -> stats.Interval:
-    return stats.gain_interval(results.draws(arm), statistics(results.study)[name], arm in results.controls)
+    return stats.gain_interval(results.pooled(arm), statistics(results.study)[name], arm in results.controls)
 
 
 def difference(results: Results, arm: str, other: str, name: str = "tail") -> stats.Interval:
-    return stats.difference_interval(results.draws(arm), results.draws(other), statistics(results.study)[name],
+    return stats.difference_interval(results.pooled(arm), results.pooled(other), statistics(results.study)[name],
                                      arm in results.controls, other in results.controls)
 
 
@@ -106,7 +106,7 @@ def comparisons(results: Results) -> dict[str, tables.Comparison]:
 
 def row(results: Results, arm: str, compared: dict[str, tables.Comparison]) -> tables.Row:
     study, control = results.study, arm in results.controls
-    tail = results.draws(arm)
+    tail = results.pooled(arm)
     gains = stats.seed_gains(tail, statistics(study)["tail"]).mean(axis=1)
     sharpen = "sharpen" in results.controls and arm != "sharpen"
     return tables.Row(
@@ -129,14 +129,36 @@ def rows(results: Results) -> list[tables.Row]:
     return [row(results, arm, compared) for arm in [*results.arms, *results.controls]]
 
 
+def draw_rows(results: Results, table: list[tables.Row]) -> list[tables.DrawRow]:
+    """Each row's tail gain and its difference from the reference on every evaluation draw alone (the interval over
+    seeds and that draw's prompts), then pooled over the draws the verdicts use; none with one draw."""
+    study, statistic = results.study, statistics(results.study)["tail"]
+    if study.evaluation.draws < 2:
+        return []
+    reference = study.reference if study.reference in results.arms else None
+    out = []
+    for r in table:
+        mine = results.draws(r.arm)
+        gains = [stats.gain_interval([draw], statistic, r.control) for draw in mine] + [r.tail_gain]
+        differences = None
+        if reference and r.arm != reference:
+            theirs = results.draws(reference)
+            differences = [stats.difference_interval([a], [b], statistic, r.control) for a, b in zip(mine, theirs)]
+            differences.append(r.comparison.difference if r.comparison else difference(results, r.arm, reference))
+        out.append(tables.DrawRow(r.arm, r.control, gains, differences))
+    return out
+
+
 def setup(results: Results) -> tables.Setup:
-    study = results.study
-    return tables.Setup(study.name, study.reference, study.evaluation.primary_alpha, study.budget.unit,
-                        study.budget.amount, study.evaluation.prompts, study.evaluation.samples, results.missing,
+    study, evaluation = results.study, results.study.evaluation
+    extra = evaluation.of_draw(1)
+    return tables.Setup(study.name, study.reference, evaluation.primary_alpha, study.budget.unit,
+                        study.budget.amount, evaluation.prompts, evaluation.samples, results.missing,
                         results.stale, results.predating, min((len(results.draws(arm)) for arm in results.arms),
                                                               default=1),
                         study.analysis.margin, study.analysis.correction, study.analysis.level,
-                        *tail_cover(results))
+                        *tail_cover(results), (extra.prompts, extra.samples),
+                        study.analysis.draws or tuple(range(evaluation.draws)))
 
 
 def tail_cover(results: Results) -> tuple[int, int]:
@@ -190,8 +212,9 @@ def levels_figure(results: Results, x: str, colors: dict[str, str]):
 
 
 def gain_figure(results: Results, rows: list[tables.Row], colors: dict[str, str]):
-    dots = [Dot(r.arm, r.tail_gain.value, r.tail_gain.low, r.tail_gain.high, final(results, r.arm, "eval/tail_gain"))
-            for r in rows]
+    statistic = statistics(results.study)["tail"]  # each seed's gain, averaged over the draws the interval pools
+    dots = [Dot(r.arm, r.tail_gain.value, r.tail_gain.low, r.tail_gain.high,
+                stats.seed_gains(results.pooled(r.arm), statistic).mean(axis=1)) for r in rows]
     alpha = results.study.evaluation.primary_alpha
     note = f"mean, {stats.SEEDS_AND_EVALUATION}; circles: seeds" if any(r.tail_gain.has_interval for r in rows) \
         else "one seed per arm: no interval"
@@ -238,7 +261,7 @@ def write_study_report(study, tracker, directory: Path, x: str | None = None, lo
         report.figures["tail_profile"] = profile_figure(results, colors)
         for name, figure in report.figures.items():
             report.paths += figures.save_figure(figure, directory, name)
-    for name, text in (("summary.md", tables.markdown(table, setup(results))),
+    for name, text in (("summary.md", tables.markdown(table, setup(results), draw_rows(results, table))),
                        ("table.tex", tables.latex(table, setup(results)))):
         (directory / name).write_text(text)
         report.paths.append(directory / name)

@@ -56,10 +56,15 @@ def plan(results: Results, margin: float | None = None, share: float = 0.25,
     if not pairs:
         return "nothing to plan: the study has no finished comparison (an arm and its reference, or the sharpen control)"
     level = study.analysis.level / max(1, sum(b == reference for _, b in pairs))
-    pilot = study.evaluation
-    k, pilot_prompts = pilot.samples, pilot.prompts * pilot.draws
+    pooled = study.analysis.draws or tuple(range(study.evaluation.draws))
+    sizes = sorted({(study.evaluation.of_draw(d).prompts, study.evaluation.of_draw(d).samples) for d in pooled})
+    if len(sizes) > 1:
+        raise ValueError(f"the draws the verdicts pool ({list(pooled)}) differ in size ({sizes}); plan from draws of "
+                         "one size: set analysis.draws to them")
+    (prompts, k), = sizes
+    pilot_prompts = prompts * len(pooled)
     planned = f"{evaluation[0]} prompts x {evaluation[1]} samples (V_e rescaled)" if evaluation else "the pilot's"
-    lines = [f"plan for {study.name} from its pilot ({pilot.draws} draw(s) of {pilot.prompts} prompts x "
+    lines = [f"plan for {study.name} from its pilot ({len(pooled)} draw(s) of {prompts} prompts x "
              f"{k} samples): margin ±{margin:g}, power {POWER:g}, level {level:.3g} "
              f"(study level over the comparisons with the reference, Holm's first step); seeds and eval SE at "
              f"{planned} evaluation", ""]
@@ -68,7 +73,7 @@ def plan(results: Results, margin: float | None = None, share: float = 0.25,
             f"prompts for eval share <= {share:g} at k = {k}, {2 * k}, {4 * k}")
     lines.append(head)
     for arm, other in pairs:
-        a, b = results.draws(arm), results.draws(other)
+        a, b = results.pooled(arm), results.pooled(other)
         sd = [0.0 if name in results.controls else float(stats.seed_gains(draws, statistic).mean(axis=1).std(ddof=1))
               for name, draws in ((arm, a), (other, b))]
         evaluation_var = stats.evaluation_variance([(1.0, a), (-1.0, b)], statistic)

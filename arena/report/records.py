@@ -75,9 +75,9 @@ class Results:
         runs = [self.controls[arm]] if arm in self.controls else self.arms[arm]
         return np.array([run.curves[key] for run in runs])
 
-    def draws(self, arm: str) -> list:
+    def draws(self, arm: str, which: tuple[int, ...] | None = None) -> list:
         """The arm's (or control's) per-prompt rewards on each evaluation draw its runs all have
-        (``arena.report.stats.Draw``: start and end per seed, the hard subset)."""
+        (``arena.report.stats.Draw``: start and end per seed, the hard subset); ``which``: those draws only."""
         from arena.report.stats import Draw
 
         runs = [self.controls[arm]] if arm in self.controls else self.arms[arm]
@@ -87,7 +87,11 @@ class Results:
             out.append(Draw(np.stack([run.other_draws[d]["start"].mean(axis=1) for run in runs]),
                             np.stack([run.other_draws[d]["end"].mean(axis=1) for run in runs]),
                             runs[0].other_draws[d]["hard"]))
-        return out
+        return out if which is None else [out[d] for d in which]
+
+    def pooled(self, arm: str) -> list:
+        """The draws the study's verdicts pool (``analysis.draws``; every draw when it names none)."""
+        return self.draws(arm, self.study.analysis.draws)
 
 
 def marks_of(study) -> list[int]:

@@ -44,6 +44,16 @@ class Row:
 
 
 @dataclass
+class DrawRow:
+    """One arm (or control) on each evaluation draw alone, then pooled over the draws the verdicts use."""
+
+    arm: str
+    control: bool
+    gains: list[Interval]  # tail gain on draw 0, 1, ..., then pooled
+    differences: list[Interval] | None  # minus the reference's, likewise (None: the reference, or no reference run)
+
+
+@dataclass
 class Setup:
     study: str
     reference: str
@@ -61,6 +71,23 @@ class Setup:
     level: float = 0.05
     tail_prompts: int = 0  # prompts in one run's tail
     tail_union: int = 0  # distinct prompts in the union of every run's tail
+    draw_size: tuple[int, int] | None = None  # (prompts, samples) of draws 1..draws-1 (None: as draw 0)
+    pooled: tuple[int, ...] | None = None  # the draws the verdicts pool (None: every draw)
+
+    def sized(self, draw: int) -> tuple[int, int]:
+        return (self.prompts, self.samples) if draw == 0 or self.draw_size is None else self.draw_size
+
+    def evaluation_text(self) -> str:
+        if self.draws == 1 or self.sized(1) == self.sized(0):
+            text = (f"{self.draws} draw{'s' if self.draws != 1 else ''} of {self.prompts} distinct prompts x "
+                    f"{self.samples} samples")
+        else:
+            later = "draw 1" if self.draws == 2 else f"draws 1-{self.draws - 1}"
+            text = (f"draw 0 of {self.prompts} distinct prompts x {self.samples} samples at every point, {later} of "
+                    f"{self.draw_size[0]} x {self.draw_size[1]} at the start and the end")
+        if self.pooled is not None and len(self.pooled) < self.draws:
+            text += f"; the verdicts pool draw{'s' if len(self.pooled) > 1 else ''} " + ", ".join(map(str, self.pooled))
+        return text
 
 
 def _number(value: float, signed: bool) -> str:
@@ -131,8 +158,7 @@ def setup_lines(setup: Setup) -> list[str]:
               else "no equivalence margin declared (no arm can be found equivalent)")
     lines = [f"- study: `{setup.study}`; reference arm: `{setup.reference}`",
              f"- budget: {setup.amount:g} {setup.unit.replace('_', ' ')} per run; tail at α = {setup.alpha:g}; "
-             f"evaluation: {setup.draws} draw{'s' if setup.draws != 1 else ''} of {setup.prompts} distinct prompts x "
-             f"{setup.samples} samples",
+             f"evaluation: {setup.evaluation_text()}",
              f"- verdicts: {margin}; tests at level {setup.level:g}, {setup.correction} over the "
              "arms compared with the reference"]
     if setup.tail_prompts:
@@ -176,13 +202,35 @@ Columns (docs/reporting.md derives each):
 - **budget used**, **train time**: mean over seeds at the last point (training wall-clock, evaluation excluded)."""
 
 
-def markdown(rows: list[Row], setup: Setup) -> str:
-    """summary.md: what was compared (facts, no prose), the table, and what each column means."""
+def draw_table(rows: list[DrawRow], setup: Setup) -> list[str]:
+    """Markdown lines: the tail gain and the difference from the reference on each draw alone, then pooled."""
+    if not rows:
+        return []
+    pooled = setup.pooled if setup.pooled is not None else tuple(range(setup.draws))
+    labels = [f"draw {d} ({' x '.join(map(str, setup.sized(d)))})" for d in range(len(rows[0].gains) - 1)]
+    labels.append("pooled: draw" + ("s " if len(pooled) > 1 else " ") + ", ".join(map(str, pooled)))
+    head = ["arm"] + [part for label in labels for part in (label, f"vs {setup.reference}")]
+    lines = ["", f"## Each evaluation draw alone (tail gain, α={setup.alpha:g})", "",
+             "Each cell: the mean over seeds on that draw, in brackets the 95% interval over seeds and that draw's "
+             "prompts; the verdicts above use the pooled columns.", "",
+             "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for row in rows:
+        arm = row.arm + (" (control)" if row.control else "")
+        versus = row.differences or ["reference" if row.arm == setup.reference else "-"] * len(row.gains)
+        lines.append("| " + " | ".join([arm] + [cell for gain, other in zip(row.gains, versus) for cell in
+                                                 (estimate_cell(gain), other if isinstance(other, str)
+                                                  else estimate_cell(other))]) + " |")
+    return lines
+
+
+def markdown(rows: list[Row], setup: Setup, draws: list[DrawRow] = ()) -> str:
+    """summary.md: what was compared (facts, no prose), the table, each evaluation draw alone (with two or more),
+    and what each column means."""
     head = headers(setup)
     lines = [f"# {setup.study}: arms at equal budget", "", *setup_lines(setup), "",
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     lines += ["| " + " | ".join(cells(row, setup)) + " |" for row in rows]
-    return "\n".join(lines + ["", COLUMNS]) + "\n"
+    return "\n".join(lines + draw_table(list(draws), setup) + ["", COLUMNS]) + "\n"
 
 
 def text(rows: list[Row], setup: Setup) -> str:
