@@ -85,7 +85,11 @@ def _study(args):
 def cmd_validate(args) -> None:
     study = _study(args)
     runs = study.runs()
-    print(f"{args.study}: valid; {len(study.arms)} arms x {len(study.seeds)} seeds = {len(runs)} runs, "
+    own = [name for name, arm in study.arms.items() if arm.seeds]
+    shape = (f"{len(study.arms)} arms x {len(study.seeds)} seeds" if not own else
+             f"{len(study.arms)} arms, {len(study.seeds)} seeds each but "
+             + ", ".join(f"{name} {len(study.seeds_of(name))}" for name in own))
+    print(f"{args.study}: valid; {shape} = {len(runs)} runs, "
           f"reference arm {study.reference!r}" + (f", profile {study.profile}" if study.profile else ""))
 
 

@@ -7,7 +7,7 @@ nothing at 7B); the arm's other options (its estimator, its draws) stay; and an 
 ``at: {PROFILE: {...}}`` block goes on top of both, so a study that varies a scale-dependent option
 states it per scale. The study's own top-level ``at: {PROFILE: {budget: ..., seeds: ...}}`` does the same
 for its shared sections (``AT_SECTIONS``): a budget sized for a GPU-hour allowance at 7B is not the one a
-CPU runs in minutes. Nothing falls back: a profile names its model; a missing checkpoint is an error.
+CPU runs in minutes; seeds set there are every arm's at that scale (an arm's own ``seeds`` give way). Nothing falls back: a profile names its model; a missing checkpoint is an error.
 
 Method defaults follow the peers' published settings (shared/research/dllm_rl_peers.md, es_llm.md):
 d1 / diffu-GRPO at 7B-8B ran LoRA r=128, α=64, lr 3e-6, ε=0.5, β=0.04, max_grad_norm 0.2, weight
@@ -59,7 +59,7 @@ def apply_profile(raw: dict, name: str | None, family=lambda method: method) -> 
         raw["model"] = profile["model"]
         for section in ("task", "train", "evaluation"):
             raw[section] = {**(raw.get(section) or {}), **profile[section]}
-    study_at = raw.pop("at", None) or {}
+    study_at, profile_seeds = raw.pop("at", None) or {}, False
     if not isinstance(study_at, dict):
         raise ConfigError([Problem("at", f"expected profile -> {{{', '.join(AT_SECTIONS)}}}, got {study_at!r}")])
     for key, sections in study_at.items():
@@ -76,11 +76,14 @@ def apply_profile(raw: dict, name: str | None, family=lambda method: method) -> 
             elif key == name:  # a mapping merges over the section; seeds (a list or a count) replace
                 merge = isinstance(value, dict) and isinstance(raw.get(section), dict)
                 raw[section] = {**raw[section], **value} if merge else value
+                profile_seeds = profile_seeds or section == "seeds"
     arms = raw.get("arms")
     for arm_name, arm in (arms.items() if isinstance(arms, dict) else ()):
         if not isinstance(arm, dict):
             continue
         at = arm.pop("at", None) or {}
+        if profile_seeds:  # the profile's seed count is the study's at that scale: an arm's own seeds give way
+            arm.pop("seeds", None)
         problems += [Problem(f"arms.{arm_name}.at.{key}", unknown_key(key, PROFILES).message.replace("option", "profile"))
                      for key in at if key not in PROFILES]
         defaults = profile.get("methods", {}).get(family(arm.get("method")), {}) if profile else {}

@@ -49,6 +49,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
         method: es
         overrides: {train: {prompts_per_step: 32}}  # only the train section may differ per arm
         confounded_because: "ES ranks members on more prompts"  # lifts the one-variable rule
+        seeds: null             # the arm's own seeds (a list or a count), e.g. more for a parity claim; null: seeds
 
 The one-variable rule: each arm other than the reference differs from it in exactly one variable.
 A different method is one variable whatever the options; with the same method, each option whose
@@ -212,12 +213,36 @@ class TrackingSpec(Section):
     experiment: str | None = None  # None: the study name
 
 
+def seed_list(seeds) -> tuple:
+    """``seeds: n`` means [0, ..., n-1]; a list is the seeds themselves (``seed_problems`` checks them)."""
+    if type(seeds) is int and seeds >= 1:
+        return tuple(range(seeds))
+    if isinstance(seeds, (list, tuple)):
+        return tuple(seeds)
+    raise ValueError(f"expected a list of non-negative integers or a count >= 1, got {seeds!r}")
+
+
+def arm_seed_list(seeds) -> tuple | None:
+    return None if seeds is None else seed_list(seeds)
+
+
+def seed_problems(seeds: tuple):
+    if not seeds:
+        yield "seeds", "must list at least one seed"
+    for i, seed in enumerate(seeds):
+        if type(seed) is not int or seed < 0:
+            yield f"seeds[{i}]", f"must be a non-negative integer, got {seed!r}"
+    if len(set(seeds)) != len(seeds):
+        yield "seeds", f"must be distinct, got {list(seeds)}"
+
+
 @dataclass(frozen=True)
 class ArmSpec(Section):
     method: str = ""
     options: dict = field(default_factory=dict)
     overrides: dict = field(default_factory=dict)  # {"train": {...}}
     confounded_because: str | None = None
+    seeds: tuple[int, ...] | None = field(default=None, metadata={CONVERT: arm_seed_list})  # None: the study's
 
     def problems(self):
         if not self.method:
@@ -233,10 +258,14 @@ class ArmSpec(Section):
                     build(TrainSpec, value, where="overrides.train")
                 except ConfigError as error:
                     yield from ((p.path, p.message) for p in error.problems)
-            elif key in SECTIONS or key in ("model", "seeds"):
+            elif key == "seeds":
+                yield "overrides.seeds", "an arm's own seeds are its 'seeds' key (beside 'options'), not an override"
+            elif key in SECTIONS or key == "model":
                 yield f"overrides.{key}", f"only the train section may be overridden; {key} is shared by every arm"
             else:
                 yield f"overrides.{key}", unknown_key(key, ["train"]).message
+        if self.seeds is not None:
+            yield from seed_problems(self.seeds)
 
     @functools.cached_property
     def config(self) -> MethodConfig:
@@ -254,15 +283,6 @@ SECTIONS = {"task": TaskSpec, "train": TrainSpec, "evaluation": EvaluationSpec, 
 def named_task(task):
     """A task section without a name is the default task's, with the section's settings."""
     return {**DEFAULT_TASK, **task} if isinstance(task, dict) and "name" not in task else task
-
-
-def seed_list(seeds) -> tuple:
-    """``seeds: n`` means [0, ..., n-1]; a list is the seeds themselves (``Study.problems`` checks them)."""
-    if type(seeds) is int and seeds >= 1:
-        return tuple(range(seeds))
-    if isinstance(seeds, (list, tuple)):
-        return tuple(seeds)
-    raise ValueError(f"expected a list of non-negative integers or a count >= 1, got {seeds!r}")
 
 
 def control_list(controls) -> tuple:
@@ -299,13 +319,7 @@ class Study(Section):
     def problems(self):
         if not NAME.fullmatch(self.name):
             yield "name", f"must use only letters, digits, _ . - (it names directories), got {self.name!r}"
-        if not self.seeds:
-            yield "seeds", "must list at least one seed"
-        for i, seed in enumerate(self.seeds):
-            if type(seed) is not int or seed < 0:
-                yield f"seeds[{i}]", f"must be a non-negative integer, got {seed!r}"
-        if len(set(self.seeds)) != len(self.seeds):
-            yield "seeds", f"must be distinct, got {list(self.seeds)}"
+        yield from seed_problems(self.seeds)
         if not self.arms:
             yield "arms", "must declare at least one arm: name -> {method, options}"
         for name in self.arms:
@@ -347,17 +361,26 @@ class Study(Section):
         mine, theirs = dataclasses.asdict(arm.train(self.train)), dataclasses.asdict(base.train(self.train))
         return changed + [f"train.{key}" for key in mine if mine[key] != theirs[key]]
 
+    def seeds_of(self, name: str) -> tuple[int, ...]:
+        """Arm ``name``'s training seeds: its own, else the study's."""
+        return self.arms[name].seeds or self.seeds
+
+    def all_seeds(self) -> list[int]:
+        """Every seed some arm trains with, sorted."""
+        return sorted({seed for name in self.arms for seed in self.seeds_of(name)} | set(self.seeds))
+
     def runs(self) -> list["RunSpec"]:
-        """One run per (arm, seed): arms in file order, then seeds."""
+        """One run per (arm, seed): arms in file order, then the arm's seeds."""
         return [RunSpec(self.name, name, seed, arm.method, dict(arm.options), arm.train(self.train), self.model,
                         self.task, self.evaluation, self.budget, self.profile, arm.config)
-                for name, arm in self.arms.items() for seed in self.seeds]
+                for name, arm in self.arms.items() for seed in self.seeds_of(name)]
 
     def resolved_yaml(self) -> str:
         """The study as it runs (method options with their defaults filled in), loadable again."""
         arms = {name: {"method": arm.method, "options": plain(arm.config),
                        **({"overrides": plain(arm.overrides)} if arm.overrides else {}),
-                       **({"confounded_because": arm.confounded_because} if arm.confounded_because else {})}
+                       **({"confounded_because": arm.confounded_because} if arm.confounded_because else {}),
+                       **({"seeds": list(arm.seeds)} if arm.seeds else {})}
                 for name, arm in self.arms.items()}
         body = {"name": self.name, "model": self.model, **{key: plain(getattr(self, key)) for key in SECTIONS},
                 "seeds": list(self.seeds), "reference": self.reference, "controls": list(self.controls), "arms": arms}

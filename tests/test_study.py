@@ -291,6 +291,31 @@ def test_bad_seeds_and_reference(tmp_path):
                             f"{path}:2: reference: no arm named 'nobody'; arms: a"]
 
 
+def test_an_arm_may_train_more_seeds_than_the_study_and_a_profile_seed_count_overrules_it(tmp_path):
+    """A parity claim needs more seeds than a decided difference: an arm's own seeds add runs for that arm alone,
+    at the hashes those seeds would have under the study's seeds (so the runs a store holds are found again)."""
+    text = VALID.replace("    options: {lr: 1.0e-4}\n  es:", "    options: {lr: 1.0e-4}\n    seeds: 6\n  es:")
+    text += "at:\n  fast-dllm-v2-7b: {seeds: 2}\n"
+    study, plain = load_study(write(tmp_path, text)), load_study(write(tmp_path, VALID, "plain.yaml"))
+    assert study.seeds_of("grpo") == (0, 1, 2, 3, 4, 5) and study.seeds_of("es") == (0, 1, 2)
+    assert [(r.arm, r.seed) for r in study.runs()].count(("grpo", 5)) == 1 and len(study.runs()) == 3 + 6 + 3
+    hashes = {(r.arm, r.seed): r.config_hash for r in plain.runs()}
+    assert all(hashes[(r.arm, r.seed)] == r.config_hash for r in study.runs() if (r.arm, r.seed) in hashes)
+    again = load_study(write(tmp_path, study.resolved_yaml(), "resolved.yaml"))
+    assert [(r.arm, r.seed, r.config_hash) for r in again.runs()] == [(r.arm, r.seed, r.config_hash) for r in study.runs()]
+    scaled = load_study(tmp_path / "study.yaml", profile="fast-dllm-v2-7b")
+    assert {r.seed for r in scaled.runs()} == {0, 1}  # the profile's 2 seeds, for grpo too
+
+
+def test_bad_arm_seeds_and_seeds_given_as_an_override(tmp_path):
+    path = write(tmp_path, arms("a: {method: es, seeds: [1, 1]}\nb: {method: es, seeds: -2, "
+                                "overrides: {seeds: 3}}\n"))
+    assert errors(path) == [
+        f"{path}:3: arms.a.seeds: must be distinct, got [1, 1]",
+        f"{path}:4: arms.b.seeds: expected a list of non-negative integers or a count >= 1, got -2",
+        f"{path}:4: arms.b.overrides.seeds: an arm's own seeds are its 'seeds' key (beside 'options'), not an override"]
+
+
 def test_only_train_may_be_overridden(tmp_path):
     path = write(tmp_path, arms("a: {method: es}\nb: {method: es, overrides: {evaluation: {samples: 2}, "
                                 "train: {prompts_per_stp: 2}}}\n"))

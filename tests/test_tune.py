@@ -345,6 +345,19 @@ def test_dry_run_and_the_shipped_tune_file(in_tmp, capsys, monkeypatch):
     assert not set(shipped.settings.seeds) & set(base.seeds)
 
 
+def test_a_trial_avoids_every_arms_seeds_trains_its_own_and_ignores_the_final_draws(in_tmp):
+    """Trial seeds are free of the study's and of each arm's own seeds, a trial runs them (not the arm's), and a
+    study whose verdicts rest on larger final draws still tunes on one draw."""
+    arms = {**STUDY["arms"], "block_grpo": {**STUDY["arms"]["block_grpo"], "seeds": [0, 1, 2]}}
+    (in_tmp / "study.yaml").write_text(yaml.safe_dump({**STUDY, "arms": arms, "analysis": {"draws": [1, 2]},
+                                                       "evaluation": {**STUDY["evaluation"], "draws": 3,
+                                                                      "draw_prompts": 6}}))
+    tune = tuning.load_tune(write_tune(in_tmp, seeds=2), trials_per_arm=2)
+    assert tune.settings.seeds == (3, 4) and tune.settings.evaluation.draws == 1
+    trial = tune.study_for("block_grpo", {"lr": 1e-4})
+    assert [run.seed for run in trial.runs()] == [3, 4]
+
+
 @pytest.mark.slow
 def test_parallel_workers_share_the_journal_and_give_every_arm_exactly_n(in_tmp, capsys):
     path = write_tune(in_tmp, trials_per_arm=2)

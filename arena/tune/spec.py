@@ -127,7 +127,7 @@ class Tune:
 
     def study_for(self, arm: str, options: dict) -> Study:
         """The one-arm study a trial runs: the arm with ``options`` on the tune's settings."""
-        spec = dataclasses.replace(self.base.arms[arm], options=dict(options), confounded_because=None)
+        spec = dataclasses.replace(self.base.arms[arm], options=dict(options), confounded_because=None, seeds=None)
         return dataclasses.replace(self.settings, arms={arm: spec}, reference=arm)
 
     def identity(self) -> str:
@@ -223,7 +223,8 @@ def load_tune(path, profile: str | None = None, trials_per_arm: int | None = Non
     tracking = dataclasses.replace(spec.tracking, uri=spec.tracking.uri or base.tracking.uri,
                                    experiment=spec.tracking.experiment or spec.name)
     settings = dataclasses.replace(base, name=spec.name, seeds=tuple(seeds), tracking=tracking, reference=first,
-                                   arms={first: base.arms[first]}, **shared)
+                                   arms={first: dataclasses.replace(base.arms[first], seeds=None)}, **shared,
+                                   analysis=dataclasses.replace(base.analysis, draws=None))  # a trial has one draw
     raw_arms = read_yaml(base.source_path)[0]["arms"]
     return Tune(spec.name, source, base, settings, {arm: raw_arms[arm] for arm in arms}, space, spec.trials_per_arm,
                 spec.objective, spec.pruner, spec.sampler, spec.seed, spec.storage, tracking)
@@ -280,11 +281,12 @@ def search_space(given, arms: list[str], base: Study, problems: list) -> dict:
 
 def trial_sections(raw: dict, base: Study, problems: list) -> dict:
     """A trial's evaluation and budget: the tune file's, merged over the study's (evaluation: on the training
-    split, seeded one past the study's, one draw, since the objective reads draw 0 only, unless the tune file says
-    otherwise)."""
+    split, seeded one past the study's, one draw of draw 0's size, since the objective reads draw 0 only, unless
+    the tune file says otherwise)."""
     shared = {}
+    one_draw = {"draws": 1, "draw_prompts": None, "draw_samples": None}
     for key, cls, default in (("evaluation", EvaluationSpec, {"seed": base.evaluation.seed + 1, "split": "train",
-                                                               "draws": 1}),
+                                                               **one_draw}),
                               ("budget", BudgetSpec, {})):
         given = raw.get(key) or {}
         if not isinstance(given, dict):
@@ -298,11 +300,12 @@ def trial_sections(raw: dict, base: Study, problems: list) -> dict:
 
 
 def trial_seeds(seeds, base: Study, problems: list) -> list[int]:
-    """A trial's training seeds: a count n (the first n integers that are not seeds of the study; null: 1) or a
-    list."""
+    """A trial's training seeds: a count n (the first n integers that are not seeds of the study, nor of any of its
+    arms; null: 1) or a list."""
     seeds = 1 if seeds is None else seeds
     if type(seeds) is int and seeds >= 1:
-        free = (s for s in range(len(base.seeds) + seeds) if s not in base.seeds)
+        taken = base.all_seeds()
+        free = (s for s in range(len(taken) + seeds) if s not in taken)
         return [next(free) for _ in range(seeds)]
     if not (isinstance(seeds, list) and seeds and all(type(s) is int and s >= 0 for s in seeds)
             and len(set(seeds)) == len(seeds)):

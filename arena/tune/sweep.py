@@ -282,8 +282,8 @@ def snippet(tune: Tune, found: list[ArmOutcome]) -> str:
               + (f" --profile {base.profile}" if base.profile else ""),
               f"# tuning seeds: {list(tune.settings.seeds)}. The best of many trials on these seeds is biased up (the "
               "winner's curse): confirm it on seeds tuning never used before a study relies on it"
-              + (f" (the study's {list(base.seeds)} are such seeds)" if not set(base.seeds) & set(tune.settings.seeds)
-                 else f" (WARNING: the study's seeds {sorted(set(base.seeds) & set(tune.settings.seeds))} were tuned on)")]
+              + (f" (the study's {base.all_seeds()} are such seeds)" if not set(base.all_seeds()) & set(tune.settings.seeds)
+                 else f" (WARNING: the study's seeds {sorted(set(base.all_seeds()) & set(tune.settings.seeds))} were tuned on)")]
     missing = [o.arm for o in found if o.best_trial is None]
     if missing:
         header.append(f"# no finished trial (not here): {', '.join(missing)}")
