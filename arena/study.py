@@ -29,7 +29,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
     budget:
       unit: samples             # samples | tokens | forward_tokens | flops | seconds (arena.budget.UNITS)
       amount: 2048              # > 0, per run
-    seeds: [0, 1, 2]            # distinct non-negative integers; an integer n means [0, ..., n-1]
+    seeds: [0, 1, 2]            # distinct non-negative integers; n means [0, ..., n-1]; {first: a, count: n} a..a+n-1
     tracking:
       uri: null                 # MLflow tracking URI (precedence is the command line's business)
       experiment: null          # null: the study name
@@ -214,12 +214,17 @@ class TrackingSpec(Section):
 
 
 def seed_list(seeds) -> tuple:
-    """``seeds: n`` means [0, ..., n-1]; a list is the seeds themselves (``seed_problems`` checks them)."""
+    """``seeds: n`` means [0, ..., n-1] and ``{first: a, count: n}`` [a, ..., a+n-1]; a list is the seeds themselves
+    (``seed_problems`` checks them)."""
     if type(seeds) is int and seeds >= 1:
         return tuple(range(seeds))
+    if (isinstance(seeds, dict) and set(seeds) == {"first", "count"} and type(seeds["first"]) is int
+            and type(seeds["count"]) is int and seeds["first"] >= 0 and seeds["count"] >= 1):
+        return tuple(range(seeds["first"], seeds["first"] + seeds["count"]))
     if isinstance(seeds, (list, tuple)):
         return tuple(seeds)
-    raise ValueError(f"expected a list of non-negative integers or a count >= 1, got {seeds!r}")
+    raise ValueError("expected a list of non-negative integers, a count >= 1 or {first: N >= 0, count: M >= 1}, "
+                     f"got {seeds!r}")
 
 
 def arm_seed_list(seeds) -> tuple | None:

@@ -11,11 +11,11 @@ from arena.profiles import PROFILES
 from arena.study import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = sorted((ROOT / "studies").glob("*.yaml"))
+SHIPPED = sorted((ROOT / "studies").rglob("*.yaml"))  # studies/confirm/ too: the pre-registered confirmations
 
 
 @pytest.mark.parametrize("profile", [None, *PROFILES])
-@pytest.mark.parametrize("study", SHIPPED, ids=[p.stem for p in SHIPPED])
+@pytest.mark.parametrize("study", SHIPPED, ids=[str(p.relative_to(ROOT / "studies").with_suffix("")) for p in SHIPPED])
 def test_shipped_studies_validate_and_dry_run_at_every_scale(study, profile, capsys):
     scale = ["--profile", profile] if profile else []
     assert main(["validate", str(study), *scale]) == 0

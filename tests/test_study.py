@@ -298,6 +298,8 @@ def test_an_arm_may_train_more_seeds_than_the_study_and_a_profile_seed_count_ove
     text += "at:\n  fast-dllm-v2-7b: {seeds: 2}\n"
     study, plain = load_study(write(tmp_path, text)), load_study(write(tmp_path, VALID, "plain.yaml"))
     assert study.seeds_of("grpo") == (0, 1, 2, 3, 4, 5) and study.seeds_of("es") == (0, 1, 2)
+    ranged = load_study(write(tmp_path, text.replace("seeds: 6", "seeds: {first: 20, count: 3}"), "ranged.yaml"))
+    assert ranged.seeds_of("grpo") == (20, 21, 22)
     assert [(r.arm, r.seed) for r in study.runs()].count(("grpo", 5)) == 1 and len(study.runs()) == 3 + 6 + 3
     hashes = {(r.arm, r.seed): r.config_hash for r in plain.runs()}
     assert all(hashes[(r.arm, r.seed)] == r.config_hash for r in study.runs() if (r.arm, r.seed) in hashes)
@@ -312,7 +314,8 @@ def test_bad_arm_seeds_and_seeds_given_as_an_override(tmp_path):
                                 "overrides: {seeds: 3}}\n"))
     assert errors(path) == [
         f"{path}:3: arms.a.seeds: must be distinct, got [1, 1]",
-        f"{path}:4: arms.b.seeds: expected a list of non-negative integers or a count >= 1, got -2",
+        f"{path}:4: arms.b.seeds: expected a list of non-negative integers, a count >= 1 or {{first: N >= 0, count: M "
+        ">= 1}, got -2",
         f"{path}:4: arms.b.overrides.seeds: an arm's own seeds are its 'seeds' key (beside 'options'), not an override"]
 
 
@@ -420,7 +423,8 @@ def test_seeds_and_name_are_checked_and_weights_are_not_needed_to_validate(tmp_p
     path = write(tmp_path, "name: my study\nmodel: ./no/such/dir\nseeds: 0\narms: {a: {method: es}}\n")
     assert errors(path) == [
         f"{path}:1: name: must use only letters, digits, _ . - (it names directories), got 'my study'",
-        f"{path}:3: seeds: expected a list of non-negative integers or a count >= 1, got 0",
+        f"{path}:3: seeds: expected a list of non-negative integers, a count >= 1 or {{first: N >= 0, count: M >= 1}}, "
+        "got 0",
     ]
 
 
