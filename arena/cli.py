@@ -49,6 +49,15 @@ positive_float = _checked(float, lambda v: 0 < v < math.inf, "a positive number"
 share = _checked(float, lambda v: 0 < v < 1, "a number in (0, 1)")
 evaluation_size = _checked(lambda text: tuple(int(part) for part in text.lower().split("x")),
                            lambda v: len(v) == 2 and min(v) >= 1, "PROMPTSxSAMPLES, two positive integers, e.g. 1024x16")
+def reach_target(text: str) -> tuple[str, str, float]:
+    from arena.report.reach import parse_target
+
+    try:
+        return parse_target(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 positive_int_list = _checked(lambda text: [int(part) for part in text.split(",")], lambda v: all(k >= 1 for k in v),
                              "positive integers separated by commas")
 
@@ -251,9 +260,13 @@ def add_report(commands) -> None:
                         help="print the seeds per arm and evaluation prompts each comparison needs (power planning) "
                              "instead of writing the report (default: write the report)")
     parser.add_argument("--margin", type=positive_float, default=None,
-                        help="with --plan: the margin to decide at (default: the study's analysis.margin)")
+                        help="with --plan or --reach: the margin to decide at (default: the study's analysis.margin)")
     parser.add_argument("--share", type=share, default=0.25,
                         help="with --plan: the largest share of the variance the evaluation may hold (default: %(default)s)")
+    parser.add_argument("--reach", type=reach_target, default=None, metavar="STUDY.yaml:ARM@MARK",
+                        help="instead of the report: from which budget each arm gains as much tail as ARM of that "
+                             "study at MARK (non-inferiority at --margin or the study's margin, fixed sequence from "
+                             "the largest budget down; docs/reporting.md) (default: write the report)")
     parser.add_argument("--evaluation", type=evaluation_size, default=None, metavar="PROMPTSxSAMPLES",
                         help="with --plan: count the seeds for this evaluation, e.g. 1024x16 (prompts over all draws "
                              "together, samples per prompt), its variance rescaled from the pilot's (default: the pilot's)")

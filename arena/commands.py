@@ -150,6 +150,23 @@ def cmd_report(args) -> None:
         raise UserError(f"no tracking store at {missing_store(uri)}: pass the --tracking-uri that 'arena run' wrote to")
     out = args.out or Path("reports") / study.name
     tracker = Tracker(uri, study.tracking.experiment)
+    if args.reach:
+        from arena.report.reach import reach
+        from arena.report.records import read_results
+        from arena.study import load_study
+
+        path, arm, mark = args.reach
+        other = load_study(path, args.profile)
+        other_tracker = Tracker(uri, other.tracking.experiment)
+        margin = args.margin if args.margin is not None else study.analysis.margin
+        if margin is None:
+            raise UserError("--reach: no margin to test non-inferiority at: pass --margin or declare analysis.margin")
+        try:
+            print(reach(read_results(tracker, study), read_results(other_tracker, other), tracker, other_tracker,
+                        arm, mark, margin))
+        except ReportError as error:
+            raise UserError(str(error)) from None
+        return
     if args.plan:
         from arena.report.planning import plan
         from arena.report.records import read_results

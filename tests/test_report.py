@@ -363,3 +363,36 @@ def test_a_malformed_planned_evaluation_is_a_usage_error(store, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["report", str(folder / "synthetic.yaml"), "--tracking-uri", uri, "--plan", "--evaluation", "1024"])
     assert exit_.value.code == 2 and "--evaluation: expected PROMPTSxSAMPLES" in capsys.readouterr().err
+
+
+def test_reach_tests_each_mark_against_the_target_and_stops_at_the_first_that_fails(store, capsys, tmp_path):
+    """--reach synthetic.yaml:block_grpo@100: each arm's gain at every mark minus block_grpo's at 100, recomputed
+    here from the synthetic rewards; the answer is the smallest mark of the unbroken run of passing marks from the
+    largest down (fixed sequence), on the p values the table prints; a target on another draw is refused."""
+    folder, uri, studies, _ = store
+    path = str(folder / "synthetic.yaml")
+    assert main(["report", path, "--tracking-uri", uri, "--reach", f"{path}:block_grpo@100", "--margin", "0.02"]) == 0
+    out = capsys.readouterr().out
+    start = lower_cvar(synthetic_rewards("grpo", 0, 0).mean(axis=1), ALPHA)
+    gain = lambda arm, point: np.mean([lower_cvar(synthetic_rewards(arm, s, point).mean(axis=1), ALPHA) - start  # noqa: E731
+                                       for s in studies["synthetic"].seeds])
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] and line.split()[0] in ARMS]
+    for arm in ARMS:
+        mine = [row for row in rows if row[0] == arm]
+        assert [float(row[1]) for row in mine] == MARKS[1:]
+        for point, row in enumerate(mine, start=1):
+            assert row[5] == f"{gain(arm, point) - gain('block_grpo', 1):+.3f}", (arm, point, row)
+        p = [1.0 if row[8] == "n/a" else 0.0005 if row[8] == "<0.001" else float(row[8]) for row in mine]
+        passing = [mark for i, mark in enumerate(MARKS[1:]) if all(q < 0.05 for q in p[i:])]
+        answer = next(line for line in out.splitlines() if line.startswith(f"{arm}:"))
+        assert (f"reaches it from {passing[0]:g} samples" in answer) if passing else ("does not reach" in answer), \
+            (arm, p, answer)
+    assert "grpo: does not reach it within 300 samples" in out  # its drift is 0: never as far as block_grpo at 1x
+
+    moved = study_file(tmp_path, "moved", [0, 1])
+    raw = yaml.safe_load(moved.read_text())
+    moved.write_text(yaml.safe_dump({**raw, "evaluation": {**raw["evaluation"], "seed": 3}}))  # other prompts
+    log_study(Tracker(uri, "moved"), load_study(moved))
+    assert main(["report", path, "--tracking-uri", uri, "--reach", f"{moved}:block_grpo@100",
+                 "--margin", "0.02"]) == 2
+    assert "evaluate on different draws" in capsys.readouterr().err

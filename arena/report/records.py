@@ -175,6 +175,17 @@ def read_seed_run(tracker, arm: str, seed: int, run_id: str, marks: list[int], d
                    start["rewards"], end["rewards"], start.get("hard"), other)
 
 
+def draw_at(tracker, results: Results, arm: str, mark: float):
+    """Draw 0 of ``arm`` with its per-prompt rewards at evaluation ``mark`` as the end (``stats.Draw``): the start
+    and hard subset of every run, the rewards each run logged at that mark."""
+    from arena.report.stats import Draw
+
+    runs = results.arms[arm]
+    at = [_arrays(tracker, run.run_id, f"evaluations/{int(round(mark)):09d}/per_prompt_rewards.npz")["rewards"]
+          for run in runs]
+    return Draw(np.stack([run.start for run in runs]), np.stack([rewards.mean(axis=1) for rewards in at]), runs[0].hard)
+
+
 def read_control(tracker, control, marks: list[int]) -> SeedRun | None:
     """The newest finished run of ``control`` (``arena.controls.ControlSpec``) at its config hash, if any."""
     found = [r for r in tracker.find_runs({"arena.study": control.study, "arena.control": control.arm,

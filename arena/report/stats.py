@@ -210,16 +210,25 @@ def p_value(estimate: Interval) -> float:
     return float(2 * (stats.norm.sf(t) if math.isinf(estimate.df) else stats.t.sf(t, estimate.df)))
 
 
-def tost_p(estimate: Interval, margin: float) -> float:
-    """Two one-sided tests of -margin < true value < margin: the larger of their p values (small: equivalent)."""
+def one_sided_p(estimate: Interval, margin: float) -> tuple[float, float]:
+    """The p values of H0 value <= -margin and of H0 value >= +margin (nan, nan without an interval)."""
     from scipy import stats
 
     if not estimate.has_interval or estimate.se == 0:
-        return math.nan
+        return math.nan, math.nan
     distribution = stats.norm if math.isinf(estimate.df) else stats.t(estimate.df)
-    lower = distribution.sf((estimate.value + margin) / estimate.se)  # H0: value <= -margin
-    upper = distribution.cdf((estimate.value - margin) / estimate.se)  # H0: value >= +margin
-    return float(max(lower, upper))
+    return (float(distribution.sf((estimate.value + margin) / estimate.se)),
+            float(distribution.cdf((estimate.value - margin) / estimate.se)))
+
+
+def tost_p(estimate: Interval, margin: float) -> float:
+    """Two one-sided tests of -margin < true value < margin: the larger of their p values (small: equivalent)."""
+    return max(one_sided_p(estimate, margin))
+
+
+def noninferiority_p(estimate: Interval, margin: float) -> float:
+    """One-sided test of H0 value <= -margin (small: the value is above -margin, "not worse by the margin")."""
+    return one_sided_p(estimate, margin)[0]
 
 
 def holm(p_values) -> np.ndarray:
