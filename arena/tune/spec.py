@@ -54,8 +54,9 @@ class PrunerSpec(Section):
         pruners = optuna.pruners
         if self.name == "median":
             return pruners.MedianPruner(self.n_startup_trials, self.n_warmup_steps)
-        if self.name == "percentile":
-            return pruners.PercentilePruner(self.percentile, self.n_startup_trials, self.n_warmup_steps)
+        if self.name == "percentile":  # Optuna's argument is the share kept at the top ("25.0: the top 25% are
+            # kept"), ours the share pruned at the bottom, of a maximized objective
+            return pruners.PercentilePruner(100.0 - self.percentile, self.n_startup_trials, self.n_warmup_steps)
         if self.name == "threshold":
             return pruners.ThresholdPruner(self.lower, self.upper, self.n_warmup_steps)
         return pruners.NopPruner()
