@@ -396,3 +396,18 @@ def test_reach_tests_each_mark_against_the_target_and_stops_at_the_first_that_fa
     assert main(["report", path, "--tracking-uri", uri, "--reach", f"{moved}:block_grpo@100",
                  "--margin", "0.02"]) == 2
     assert "evaluate on different draws" in capsys.readouterr().err
+
+
+def test_the_es_scaling_pair_decodes_one_draw_so_reach_compares_them():
+    """studies/es_scaling.yaml and es_scaling_grpo.yaml differ in points and budget, not in the draw: --reach takes
+    them; another evaluation seed is another draw."""
+    import dataclasses
+    from pathlib import Path
+
+    from arena.report.reach import same_draw
+
+    root = Path(__file__).resolve().parents[1]
+    es, grpo = (load_study(root / "studies" / f"{name}.yaml") for name in ("es_scaling", "es_scaling_grpo"))
+    assert es.evaluation.points != grpo.evaluation.points and same_draw(es, grpo)
+    moved = dataclasses.replace(grpo, evaluation=dataclasses.replace(grpo.evaluation, seed=grpo.evaluation.seed + 1))
+    assert not same_draw(es, moved)

@@ -3,10 +3,10 @@ as ARM of the study OTHER gained at MARK? Issue 24 asks it of ES: the budget, on
 best ES arm reaches block-GRPO's gain at 1x (``studies/es_scaling.yaml`` against ``studies/es_scaling_grpo.yaml``,
 two files because a study has one budget for every arm).
 
-Both studies must decode the same draw 0 (model, task and evaluation alike: the same start, the same prompts and
-decoding seeds), so that the two gains are measured from one start on the same prompts. At each evaluation mark b
-of an arm, d(b) = gain(b) - target, with the interval of ``stats.difference_interval`` (the seeds of both arms and
-the shared draw's prompt bootstrap). "Reaches" is non-inferiority at the margin m: H0 d(b) <= -m, rejected
+Both studies must decode the same draw 0 (model, task and the evaluation keys that pick prompts, decoding and the
+hard subset alike; points may differ), so that the two gains are measured from one start on the same prompts. At
+each evaluation mark b of an arm, d(b) = gain(b) - target, with the interval of ``stats.difference_interval`` (the
+seeds of both arms and the shared draw's prompt bootstrap). "Reaches" is non-inferiority at the margin m: H0 d(b) <= -m, rejected
 one-sided at the level. The marks are tested from the largest budget down, and testing stops at the first mark
 that fails (a fixed-sequence procedure: the family's error stays at the level with no correction); the arm
 reaches from the smallest mark of that unbroken run, or not within its budget. Each mark is shown in samples,
@@ -38,12 +38,21 @@ def parse_target(text: str) -> tuple[str, str, float]:
     return path, arm, value
 
 
+DRAW_KEYS = ("prompts", "split", "samples", "temperature", "max_new_tokens", "seed", "hard_fraction")
+
+
+def same_draw(study, other) -> bool:
+    """Whether two studies decode the same draw 0 from the same start: model, task, profile and the evaluation keys
+    that pick the prompts, the decoding and the hard subset (not the points, the CVaR levels or the extra draws)."""
+    def draw(s):
+        return (s.model, s.task, s.profile, *(getattr(s.evaluation, key) for key in DRAW_KEYS))
+    return draw(study) == draw(other)
+
+
 def reach(results: Results, target: Results, tracker, target_tracker, arm: str, mark: float, margin: float) -> str:
     """The table and each arm's answer, as text (``tracker``: results' store, ``target_tracker``: target's)."""
-    from arena.runner import start_key
-
     study, other = results.study, target.study
-    if start_key(study.runs()[0]) != start_key(other.runs()[0]):
+    if not same_draw(study, other):
         raise ReportError(f"{study.name} and {other.name} evaluate on different draws (model, task or evaluation "
                           "differ): their gains are not measured from the same start on the same prompts")
     if arm not in target.arms:
