@@ -366,6 +366,10 @@ class Study(Section):
         mine, theirs = dataclasses.asdict(arm.train(self.train)), dataclasses.asdict(base.train(self.train))
         return changed + [f"train.{key}" for key in mine if mine[key] != theirs[key]]
 
+    def pooled_draws(self) -> tuple[int, ...]:
+        """The evaluation draws the verdicts pool: ``analysis.draws``, else every draw."""
+        return self.analysis.draws or tuple(range(self.evaluation.draws))
+
     def seeds_of(self, name: str) -> tuple[int, ...]:
         """Arm ``name``'s training seeds: its own, else the study's."""
         return self.arms[name].seeds or self.seeds

@@ -158,7 +158,7 @@ def setup(results: Results) -> tables.Setup:
                                                               default=1),
                         study.analysis.margin, study.analysis.correction, study.analysis.level,
                         *tail_cover(results), (extra.prompts, extra.samples),
-                        study.analysis.draws or tuple(range(evaluation.draws)))
+                        study.pooled_draws())
 
 
 def tail_cover(results: Results) -> tuple[int, int]:

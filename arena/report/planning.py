@@ -56,7 +56,7 @@ def plan(results: Results, margin: float | None = None, share: float = 0.25,
     if not pairs:
         return "nothing to plan: the study has no finished comparison (an arm and its reference, or the sharpen control)"
     level = study.analysis.level / max(1, sum(b == reference for _, b in pairs))
-    pooled = study.analysis.draws or tuple(range(study.evaluation.draws))
+    pooled = study.pooled_draws()
     sizes = sorted({(study.evaluation.of_draw(d).prompts, study.evaluation.of_draw(d).samples) for d in pooled})
     if len(sizes) > 1:
         raise ValueError(f"the draws the verdicts pool ({list(pooled)}) differ in size ({sizes}); plan from draws of "

@@ -81,8 +81,8 @@ def reach(results: Results, target: Results, tracker, target_tracker, arm: str, 
             p = stats.noninferiority_p(difference, margin)
             passes = not broken and math.isfinite(p) and p < level
             broken = broken or not passes
-            reached = results.marks[i] if passes else reached
             used = {a: float(results.values(name, f"budget/{a}")[:, i].mean()) for a in AXES}
+            reached = (results.marks[i], used) if passes else reached
             rows.append(f"{name:<18} {results.marks[i]:>10g}  {_interval(stats.gain_interval([here], statistic)):>24}  "
                         f"{_interval(difference):>24}  {_p(p):>7}  " + "  ".join(
                             f"{_amount(used[a], spent[a]):>20}" for a in AXES) + ("  reaches" if passes else ""))
@@ -90,9 +90,8 @@ def reach(results: Results, target: Results, tracker, target_tracker, arm: str, 
         if reached is None:
             answers.append(f"{name}: does not reach it within {results.marks[-1]:g} {study.budget.unit}")
         else:
-            i = int(np.argmin(np.abs(results.marks - reached)))
-            used = {a: float(results.values(name, f"budget/{a}")[:, i].mean()) for a in AXES}
-            answers.append(f"{name}: reaches it from {reached:g} {study.budget.unit}: "
+            at, used = reached
+            answers.append(f"{name}: reaches it from {at:g} {study.budget.unit}: "
                            + ", ".join(f"{_amount(used[a], spent[a])} {a}" for a in AXES))
     return "\n".join(lines + [""] + answers)
 

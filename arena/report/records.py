@@ -90,8 +90,8 @@ class Results:
         return out if which is None else [out[d] for d in which]
 
     def pooled(self, arm: str) -> list:
-        """The draws the study's verdicts pool (``analysis.draws``; every draw when it names none)."""
-        return self.draws(arm, self.study.analysis.draws)
+        """The draws the study's verdicts pool (``Study.pooled_draws``)."""
+        return self.draws(arm, self.study.pooled_draws())
 
 
 def marks_of(study) -> list[int]:

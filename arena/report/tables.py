@@ -72,7 +72,7 @@ class Setup:
     tail_prompts: int = 0  # prompts in one run's tail
     tail_union: int = 0  # distinct prompts in the union of every run's tail
     draw_size: tuple[int, int] | None = None  # (prompts, samples) of draws 1..draws-1 (None: as draw 0)
-    pooled: tuple[int, ...] | None = None  # the draws the verdicts pool (None: every draw)
+    pooled: tuple[int, ...] = ()  # the draws the verdicts pool (Study.pooled_draws)
 
     def sized(self, draw: int) -> tuple[int, int]:
         return (self.prompts, self.samples) if draw == 0 or self.draw_size is None else self.draw_size
@@ -85,7 +85,7 @@ class Setup:
             later = "draw 1" if self.draws == 2 else f"draws 1-{self.draws - 1}"
             text = (f"draw 0 of {self.prompts} distinct prompts x {self.samples} samples at every point, {later} of "
                     f"{self.draw_size[0]} x {self.draw_size[1]} at the start and the end")
-        if self.pooled is not None and len(self.pooled) < self.draws:
+        if self.pooled and len(self.pooled) < self.draws:
             text += f"; the verdicts pool draw{'s' if len(self.pooled) > 1 else ''} " + ", ".join(map(str, self.pooled))
         return text
 
@@ -206,9 +206,8 @@ def draw_table(rows: list[DrawRow], setup: Setup) -> list[str]:
     """Markdown lines: the tail gain and the difference from the reference on each draw alone, then pooled."""
     if not rows:
         return []
-    pooled = setup.pooled if setup.pooled is not None else tuple(range(setup.draws))
     labels = [f"draw {d} ({' x '.join(map(str, setup.sized(d)))})" for d in range(len(rows[0].gains) - 1)]
-    labels.append("pooled: draw" + ("s " if len(pooled) > 1 else " ") + ", ".join(map(str, pooled)))
+    labels.append("pooled: draw" + ("s " if len(setup.pooled) > 1 else " ") + ", ".join(map(str, setup.pooled)))
     head = ["arm"] + [part for label in labels for part in (label, f"vs {setup.reference}")]
     lines = ["", f"## Each evaluation draw alone (tail gain, α={setup.alpha:g})", "",
              "Each cell: the mean over seeds on that draw, in brackets the 95% interval over seeds and that draw's "
