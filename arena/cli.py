@@ -49,6 +49,8 @@ positive_float = _checked(float, lambda v: 0 < v < math.inf, "a positive number"
 share = _checked(float, lambda v: 0 < v < 1, "a number in (0, 1)")
 evaluation_size = _checked(lambda text: tuple(int(part) for part in text.lower().split("x")),
                            lambda v: len(v) == 2 and min(v) >= 1, "PROMPTSxSAMPLES, two positive integers, e.g. 1024x16")
+
+
 def reach_target(text: str) -> tuple[str, str, float]:
     from arena.report.reach import parse_target
 

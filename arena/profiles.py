@@ -7,7 +7,8 @@ nothing at 7B); the arm's other options (its estimator, its draws) stay; and an 
 ``at: {PROFILE: {...}}`` block goes on top of both, so a study that varies a scale-dependent option
 states it per scale. The study's own top-level ``at: {PROFILE: {budget: ..., seeds: ...}}`` does the same
 for its shared sections (``AT_SECTIONS``): a budget sized for a GPU-hour allowance at 7B is not the one a
-CPU runs in minutes; seeds set there are every arm's at that scale (an arm's own ``seeds`` give way). Nothing falls back: a profile names its model; a missing checkpoint is an error.
+CPU runs in minutes; seeds set there are every arm's at that scale (an arm's own ``seeds`` give way).
+Nothing falls back: a profile names its model; a missing checkpoint is an error.
 
 Method defaults follow the peers' published settings (shared/research/dllm_rl_peers.md, es_llm.md):
 d1 / diffu-GRPO at 7B-8B ran LoRA r=128, α=64, lr 3e-6, ε=0.5, β=0.04, max_grad_norm 0.2, weight

@@ -246,12 +246,13 @@ def describe_runs(study, runs) -> str:
     marks = ", ".join(f"{m:g}" for m in evaluation_points(budget.amount, evaluation.points))
     eval_samples, width = evaluation.prompts * evaluation.samples, arm_width(run.arm for run in runs)
     extra = evaluation.of_draw(1)
+    later = "draw 1" if evaluation.draws == 2 else f"draws 1..{evaluation.draws - 1}"
     lines = [f"study {study.name}: {len(runs)} runs, budget {budget.amount:g} {budget.unit} per run",
              f"evaluation at {budget.unit} = {marks}: {evaluation.prompts} held-out prompts x {evaluation.samples} "
              f"samples ({eval_samples} completions, at most {eval_samples * evaluation.max_new_tokens} tokens, "
              f"per point; the first point is shared by every run), tail at alpha {evaluation.primary_alpha:g}",
-             *([f"evaluation {'draw 1' if evaluation.draws == 2 else f'draws 1..{evaluation.draws - 1}'}: {extra.prompts} other prompts x {extra.samples} samples "
-                f"each ({extra.prompts * extra.samples} completions), at the start and the end only"]
+             *([f"evaluation {later}: {extra.prompts} other prompts x {extra.samples} samples each "
+                f"({extra.prompts * extra.samples} completions), at the start and the end only"]
                if evaluation.draws > 1 else []),
              f"{'arm':<{width}} {'seed':>4}  {'config':<12}  {'method':<12} {'samples/step':>12} {'steps':>6} "
              f"{'train samples':>13}  options"]

@@ -6,8 +6,8 @@ two files because a study has one budget for every arm).
 Both studies must decode the same draw 0 (model, task and the evaluation keys that pick prompts, decoding and the
 hard subset alike; points may differ), so that the two gains are measured from one start on the same prompts. At
 each evaluation mark b of an arm, d(b) = gain(b) - target, with the interval of ``stats.difference_interval`` (the
-seeds of both arms and the shared draw's prompt bootstrap). "Reaches" is non-inferiority at the margin m: H0 d(b) <= -m, rejected
-one-sided at the level. The marks are tested from the largest budget down, and testing stops at the first mark
+seeds of both arms and the shared draw's prompt bootstrap). "Reaches" is non-inferiority at the margin m:
+H0 d(b) <= -m, rejected one-sided at the level. The marks are tested from the largest budget down, and testing stops at the first mark
 that fails (a fixed-sequence procedure: the family's error stays at the level with no correction); the arm
 reaches from the smallest mark of that unbroken run, or not within its budget. Each mark is shown in samples,
 FLOPs and seconds (means over the arm's seeds) beside the target's, so that one answer reads on every axis.
@@ -34,7 +34,8 @@ def parse_target(text: str) -> tuple[str, str, float]:
     except ValueError:
         value = math.nan
     if not (path and arm and math.isfinite(value) and value > 0):
-        raise ValueError(f"expected STUDY.yaml:ARM@MARK (e.g. studies/es_scaling_grpo.yaml:block_grpo@3072), got {text!r}")
+        raise ValueError("expected STUDY.yaml:ARM@MARK (e.g. studies/es_scaling_grpo.yaml:block_grpo@3072), "
+                         f"got {text!r}")
     return path, arm, value
 
 
