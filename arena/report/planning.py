@@ -57,7 +57,7 @@ def plan(results: Results, margin: float | None = None, share: float = 0.25,
         return "nothing to plan: the study has no finished comparison (an arm and its reference, or the sharpen control)"
     level = study.analysis.level / max(1, sum(b == reference for _, b in pairs))
     pooled = study.pooled_draws()
-    sizes = sorted({(study.evaluation.of_draw(d).prompts, study.evaluation.of_draw(d).samples) for d in pooled})
+    sizes = sorted({(spec.prompts, spec.samples) for spec in map(study.evaluation.of_draw, pooled)})
     if len(sizes) > 1:
         raise ValueError(f"the draws the verdicts pool ({list(pooled)}) differ in size ({sizes}); plan from draws of "
                          "one size: set analysis.draws to them")

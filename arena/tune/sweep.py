@@ -272,6 +272,7 @@ def snippet(tune: Tune, found: list[ArmOutcome]) -> str:
         for arm in marked:
             if arm == study.reference or len(study.differences(arm)) == 1:
                 del arms[arm]["confounded_because"]
+    tuned_on = sorted(set(base.all_seeds()) & set(tune.settings.seeds))
     header = [f"# arena tune {tune.source_path}: the best of {tune.trials_per_arm} trials per arm by {tune.objective}",
               f"# (budget {tune.settings.budget.amount:g} {tune.settings.budget.unit}, seeds "
               f"{list(tune.settings.seeds)}, evaluation {tune.settings.evaluation.split} split seed "
@@ -282,8 +283,8 @@ def snippet(tune: Tune, found: list[ArmOutcome]) -> str:
               + (f" --profile {base.profile}" if base.profile else ""),
               f"# tuning seeds: {list(tune.settings.seeds)}. The best of many trials on these seeds is biased up (the "
               "winner's curse): confirm it on seeds tuning never used before a study relies on it"
-              + (f" (the study's {base.all_seeds()} are such seeds)" if not set(base.all_seeds()) & set(tune.settings.seeds)
-                 else f" (WARNING: the study's seeds {sorted(set(base.all_seeds()) & set(tune.settings.seeds))} were tuned on)")]
+              + (f" (the study's {base.all_seeds()} are such seeds)" if not tuned_on
+                 else f" (WARNING: the study's seeds {tuned_on} were tuned on)")]
     missing = [o.arm for o in found if o.best_trial is None]
     if missing:
         header.append(f"# no finished trial (not here): {', '.join(missing)}")
