@@ -103,7 +103,7 @@ def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workd
         tracker.log_npz(run_id, {"rewards": start.rewards, "hard": hard}, f"evaluations/{first:09d}/per_prompt_rewards.npz")
         tracker.log_npz(run_id, {"rewards": end.rewards, "hard": hard}, f"evaluations/{last:09d}/per_prompt_rewards.npz")
         tracker.log_table(run_id, end.completions, f"evaluations/{last:09d}/completions.json")
-        extra = [Evaluator(task, spec, policy.tokenizer, control.task.source, draw=d) for d in range(1, spec.draws)]
+        extra = Evaluator.final_draws(task, spec, policy.tokenizer, control.task.source)
         starts = draw_starts(extra, policy, workdir, control)
         rows += other_draws(extra, starts, policy, last, tracker, run_id, temperature, control.arm == "frozen")
         tracker.log_rows(run_id, rows)

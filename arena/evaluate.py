@@ -87,6 +87,11 @@ class Evaluator:
         lo, hi = getattr(task, "reward_range", (0.0, 1.0))
         self.binary = (lo, hi) == (0.0, 1.0)
 
+    @classmethod
+    def final_draws(cls, task, spec, tokenizer=None, source: str | None = None) -> list["Evaluator"]:
+        """The evaluators of draws 1..D-1, which only a run's end (and a control) decodes."""
+        return [cls(task, spec, tokenizer, source, draw=d) for d in range(1, spec.draws)]
+
     def decode(self, policy, domain: EvaluationKey = EvaluationKey.MEASURE, temperature: float | None = None) -> Evaluation:
         """k samples of every prompt with decoding seeds keyed by (evaluation seed, domain[, draw], prompt, sample);
         ``temperature`` replaces the study's (the sharpening control)."""

@@ -296,8 +296,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     sharded = fsdp.is_sharded(policy.model)
     evaluator = Evaluator(task, run.evaluation, policy.tokenizer, run.task.source)
     start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, run))
-    extra = [Evaluator(task, run.evaluation, policy.tokenizer, run.task.source, draw=d)
-             for d in range(1, run.evaluation.draws)]
+    extra = Evaluator.final_draws(task, run.evaluation, policy.tokenizer, run.task.source)
     extra_starts = draw_starts(extra, policy, workdir, run)  # before any step, and before a resume loads weights
 
     if action == "resume":
