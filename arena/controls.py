@@ -22,6 +22,7 @@ from pathlib import Path
 from arena.budget import UNITS, evaluation_points
 from arena.evaluate import Evaluator, lower_cvar
 from arena.study import digest, plain
+from arena.tracking import evaluation_artifact
 from rewards import load_task
 
 SHARPEN_GRID = (0.0, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # τ: 0 is greedy, 1 the start policy itself
@@ -100,9 +101,9 @@ def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workd
         end = start if temperature is None else evaluator.decode(policy, temperature=temperature)
         rows += [(f"eval/{key}", value, last) for key, value in evaluator.metrics(end, start, hard).items()]
         rows += [(f"budget/{unit}", 0.0, last) for unit in UNITS]  # a control trains nothing
-        tracker.log_npz(run_id, {"rewards": start.rewards, "hard": hard}, f"evaluations/{first:09d}/per_prompt_rewards.npz")
-        tracker.log_npz(run_id, {"rewards": end.rewards, "hard": hard}, f"evaluations/{last:09d}/per_prompt_rewards.npz")
-        tracker.log_table(run_id, end.completions, f"evaluations/{last:09d}/completions.json")
+        tracker.log_npz(run_id, {"rewards": start.rewards, "hard": hard}, evaluation_artifact(first, "per_prompt_rewards.npz"))
+        tracker.log_npz(run_id, {"rewards": end.rewards, "hard": hard}, evaluation_artifact(last, "per_prompt_rewards.npz"))
+        tracker.log_table(run_id, end.completions, evaluation_artifact(last, "completions.json"))
         extra = Evaluator.final_draws(task, spec, policy.tokenizer, control.task.source)
         starts = draw_starts(extra, policy, workdir, control)
         rows += other_draws(extra, starts, policy, last, tracker, run_id, temperature, control.arm == "frozen")

@@ -37,6 +37,7 @@ from arena.evaluate import Evaluation, Evaluator, RewardError, checked_reward
 from arena.progress import Progress
 from arena.rng import RunKey, seed_of
 from arena.study import digest
+from arena.tracking import draw_artifact, evaluation_artifact
 from methods import fsdp, method_class
 from methods.base import all_reduce_sums, world
 from rewards import load_task
@@ -215,7 +216,7 @@ def other_draws(evaluators: list[Evaluator], starts: list[tuple[Evaluation, np.n
         metrics = evaluator.metrics(now, start, hard)
         rows += [(f"draws/{evaluator.draw}/{key}", metrics[key], mark) for key in DRAW_METRICS]
         tracker.log_npz(run_id, {"start": start.rewards, "end": now.rewards, "hard": hard},
-                        f"evaluations/draws/{evaluator.draw:02d}.npz")
+                        draw_artifact(evaluator.draw))
     return rows
 
 
@@ -330,11 +331,11 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                 pending += [(f"eval/{k}", v, mark) for k, v in metrics.items()]
                 pending += [(f"budget/{k}", v, mark) for k, v in state.meter.as_dict().items()]
                 pending.append(("eval/weight_drift", weight_drift(policy.model, initial), mark))
-                tracker.log_table(run_id, now.completions, f"evaluations/{mark:09d}/completions.json")
+                tracker.log_table(run_id, now.completions, evaluation_artifact(mark, "completions.json"))
                 if sample:  # a sample of the last training step's completions (prompt index, text, reward)
-                    tracker.log_table(run_id, sample, f"evaluations/{mark:09d}/train_completions.json")
+                    tracker.log_table(run_id, sample, evaluation_artifact(mark, "train_completions.json"))
                 tracker.log_npz(run_id, {"rewards": now.rewards, "hard": hard},
-                                f"evaluations/{mark:09d}/per_prompt_rewards.npz")
+                                evaluation_artifact(mark, "per_prompt_rewards.npz"))
                 if state.point == len(points) - 1:  # the end: the study's other evaluation draws too
                     pending += other_draws(extra, extra_starts, policy, mark, tracker, run_id)
                 state.point += 1

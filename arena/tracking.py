@@ -157,6 +157,17 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def evaluation_artifact(mark: int, name: str) -> str:
+    """Where a run's file ``name`` of evaluation point ``mark`` lands (``per_prompt_rewards.npz``,
+    ``completions.json``): one spelling for the runner and the controls that write it and the report that reads it."""
+    return f"evaluations/{mark:09d}/{name}"
+
+
+def draw_artifact(draw: int) -> str:
+    """Where a run's evaluation draw ``draw`` (1..D-1: start, end, hard subset) lands."""
+    return f"evaluations/draws/{draw:02d}.npz"
+
+
 def flat_params(tree: dict) -> dict[str, str]:
     """The params ``Tracker.start_run`` logs for ``tree``: keys joined with dots, values as text (cut to 500)."""
     return _flatten(tree)

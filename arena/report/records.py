@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arena.budget import UNITS, evaluation_points
-from arena.tracking import flat_params
+from arena.tracking import draw_artifact, evaluation_artifact, flat_params
 
 CURVE_KEYS = ("eval/tail_reward", "eval/tail_gain", "eval/mean_reward", *(f"budget/{unit}" for unit in UNITS))
 LEVEL_KEY = re.compile(r"eval/level(\d+)_mean_reward")
@@ -168,9 +168,9 @@ def read_seed_run(tracker, arm: str, seed: int, run_id: str, marks: list[int], d
     """A run's curves at ``marks`` (a control: ``marks`` is the last one), its per-prompt rewards at the first and
     last of the study's marks, and those of evaluation draws 1..draws-1."""
     keys = [*CURVE_KEYS, *(k for k in tracker.metric_keys(run_id) if LEVEL_KEY.fullmatch(k))]
-    start = _arrays(tracker, run_id, f"evaluations/{marks[0]:09d}/per_prompt_rewards.npz")
-    end = _arrays(tracker, run_id, f"evaluations/{marks[-1]:09d}/per_prompt_rewards.npz")
-    other = [_arrays(tracker, run_id, f"evaluations/draws/{d:02d}.npz") for d in range(1, draws)]
+    start = _arrays(tracker, run_id, evaluation_artifact(marks[0], "per_prompt_rewards.npz"))
+    end = _arrays(tracker, run_id, evaluation_artifact(marks[-1], "per_prompt_rewards.npz"))
+    other = [_arrays(tracker, run_id, draw_artifact(d)) for d in range(1, draws)]
     return SeedRun(arm, seed, run_id, {key: _curve(tracker, run_id, key, marks) for key in keys},
                    start["rewards"], end["rewards"], start.get("hard"), other)
 
@@ -181,7 +181,7 @@ def draw_at(tracker, results: Results, arm: str, mark: float):
     from arena.report.stats import Draw
 
     runs = results.arms[arm]
-    at = [_arrays(tracker, run.run_id, f"evaluations/{int(round(mark)):09d}/per_prompt_rewards.npz")["rewards"]
+    at = [_arrays(tracker, run.run_id, evaluation_artifact(int(round(mark)), "per_prompt_rewards.npz"))["rewards"]
           for run in runs]
     return Draw(np.stack([run.start for run in runs]), np.stack([rewards.mean(axis=1) for rewards in at]), runs[0].hard)
 
@@ -193,7 +193,7 @@ def read_control(tracker, control, marks: list[int]) -> SeedRun | None:
     if not found:
         return None
     run = read_seed_run(tracker, control.arm, 0, found[0].run_id, [marks[-1]], control.evaluation.draws)
-    run.start_rewards = _arrays(tracker, found[0].run_id, f"evaluations/{marks[0]:09d}/per_prompt_rewards.npz")["rewards"]
+    run.start_rewards = _arrays(tracker, found[0].run_id, evaluation_artifact(marks[0], "per_prompt_rewards.npz"))["rewards"]
     return run
 
 
