@@ -15,8 +15,8 @@ from pathlib import Path
 
 from arena import __version__
 from arena.budget import UNITS
-from arena.commands import (UserError, cmd_estimators, cmd_pretrain, cmd_report, cmd_run, cmd_sample, cmd_tune,
-                            cmd_ui, cmd_validate)
+from arena.commands import (UserError, cmd_estimators, cmd_export, cmd_import, cmd_pretrain, cmd_report, cmd_run,
+                            cmd_sample, cmd_tune, cmd_ui, cmd_validate)
 
 DESCRIPTION = ("arena: compare RL optimizers of block-diffusion language models on the same rewards, prompts "
                "and compute budget.")
@@ -320,12 +320,41 @@ def add_ui(commands) -> None:
                         help="port on 127.0.0.1 (default: %(default)s)")
 
 
+def add_export(commands) -> None:
+    parser = _command(
+        commands, "export", "write a study's finished runs to files that travel without the MLflow store",
+        "Write each finished run that 'arena report' reads for the study (its (arm, seed) runs at\n"
+        "the study's current configuration, and its controls) as one file, --to/<experiment>/<run\n"
+        "id>.tar.gz: tags, params, every metric's history and every artifact. Runs already in\n"
+        "--to are left as they are. 'arena import' restores them into another store, where\n"
+        "'arena run' skips them and 'arena report' reads them (docs/tracking.md).",
+        "arena export studies/confirm/multiblock.yaml --to archive", cmd_export)
+    _add_study(parser)
+    _add_tracking(parser)
+    parser.add_argument("--to", type=Path, default=Path("archive"), metavar="DIR",
+                        help="the archive folder (default: %(default)s)")
+
+
+def add_import(commands) -> None:
+    parser = _command(
+        commands, "import", "restore archived runs ('arena export') into an MLflow store",
+        "Recreate every run archived under FOLDER (or the one archive FILE) that the store lacks:\n"
+        "the same tags, params, metrics with their steps and timestamps, and artifacts, under one\n"
+        "parent run per experiment. A run imported before is skipped, so a long study continues\n"
+        "on another machine: 'arena import archive', then 'arena run' runs only what is missing.",
+        "arena import archive --tracking-uri sqlite:///mlflow.db", cmd_import)
+    parser.add_argument("source", type=Path, metavar="FOLDER|FILE",
+                        help="an archive folder written by 'arena export', or one .tar.gz in it (required)")
+    _add_tracking(parser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arena", description=DESCRIPTION,
                                      epilog="Run 'arena COMMAND --help' for a command's options and an example.")
     parser.add_argument("--version", action="version", version=f"arena {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    for add in (add_run, add_validate, add_report, add_tune, add_ui, add_pretrain, add_sample, add_estimators):
+    for add in (add_run, add_validate, add_report, add_tune, add_ui, add_export, add_import, add_pretrain,
+                add_sample, add_estimators):
         add(commands)
     return parser
 

@@ -208,6 +208,33 @@ def cmd_tune(args) -> None:
             f"{o.arm} ({o.counts.failed} failed, e.g. {o.errors[-1]})" for o in result.gave_up))
 
 
+def cmd_export(args) -> None:
+    from arena.archive import ArchiveError, export_study
+    from arena.tracking import Tracker, missing_store, resolve_uri
+
+    study = _study(args)
+    uri = resolve_uri(args.tracking_uri, study.tracking.uri)
+    if missing_store(uri):
+        raise UserError(f"no tracking store at {missing_store(uri)}: pass the --tracking-uri that 'arena run' wrote to")
+    try:
+        counts = export_study(Tracker(uri, study.tracking.experiment), study, args.to)
+    except ArchiveError as error:
+        raise UserError(str(error)) from None
+    print(f"{study.name}: {counts.written} runs written to {args.to}, {counts.present} there already")
+
+
+def cmd_import(args) -> None:
+    from arena.archive import ArchiveError, import_archives
+    from arena.tracking import resolve_uri
+
+    uri = resolve_uri(args.tracking_uri)
+    try:
+        counts = import_archives(args.source, uri)
+    except ArchiveError as error:
+        raise UserError(str(error)) from None
+    print(f"{args.source}: {counts.written} runs imported into {uri}, {counts.present} there already")
+
+
 def cmd_ui(args) -> None:
     import os
 

@@ -354,6 +354,60 @@ class Tracker:
         Path(dst).mkdir(parents=True, exist_ok=True)
         return Path(_retry(self.client.download_artifacts, run_id, artifact_path, str(dst)))
 
+    # -- run archives (arena.archive): a finished run as data, and back ---------------------------------------
+
+    def run_record(self, run_id: str) -> dict:
+        """Everything the store holds of a run except its artifacts, as JSON-ready data: name, status, times,
+        tags, params and every metric's whole history as [step, timestamp, value] rows."""
+        run = _retry(self.client.get_run, run_id)
+        metrics = {}
+        for key in sorted(run.data.metrics):
+            points = sorted(_retry(self.client.get_metric_history, run_id, key), key=lambda m: (m.step, m.timestamp))
+            metrics[key] = [[m.step, m.timestamp, m.value] for m in points]
+        return {"run_id": run_id, "run_name": run.info.run_name, "status": run.info.status,
+                "start_time": run.info.start_time, "end_time": run.info.end_time, "tags": dict(run.data.tags),
+                "params": dict(run.data.params), "metrics": metrics}
+
+    def download_all(self, run_id: str, dst) -> Path:
+        """Every artifact of the run, its folder tree kept, under ``dst``."""
+        return self.download(run_id, "", dst)
+
+    def has_run(self, run_id: str) -> bool:
+        """Whether this experiment holds an active run with this id."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = _retry(self.client.get_run, run_id)
+        except MlflowException:
+            return False
+        return run.info.experiment_id == self.experiment_id and run.info.lifecycle_stage == "active"
+
+    def restore_run(self, record: dict, artifacts: Path | None, parent_id: str | None) -> str:
+        """A new run holding what ``run_record`` returned (and the artifact folder ``artifacts``), with its
+        original start and end times and metric timestamps, as a child of ``parent_id``; FAILED if a step fails
+        part way, so that a half-restored run is never taken for a finished one."""
+        from mlflow.entities import Metric, Param
+
+        tags = {key: value for key, value in record["tags"].items() if key != "mlflow.parentRunId"}
+        if parent_id:
+            tags["mlflow.parentRunId"] = parent_id
+        run_id = _retry(self.client.create_run, self.experiment_id, start_time=record["start_time"], tags=tags,
+                        run_name=record["run_name"]).info.run_id
+        try:
+            for chunk in _chunks([Param(k, v) for k, v in record["params"].items()], 100):
+                _retry(self.client.log_batch, run_id, params=chunk)
+            rows = [Metric(key, float(value), int(stamp), int(step))
+                    for key, points in record["metrics"].items() for step, stamp, value in points]
+            for chunk in _chunks(rows, 1000):
+                _retry(self.client.log_batch, run_id, metrics=chunk)
+            if artifacts is not None:
+                _retry(self.client.log_artifacts, run_id, str(artifacts))
+        except BaseException:
+            self.finish(run_id, "FAILED")
+            raise
+        _retry(self.client.set_terminated, run_id, record["status"], end_time=record["end_time"])
+        return run_id
+
 
 def ui_url(base: str, uri: str, experiment: str | None) -> str:
     """The address of ``experiment``'s first view (``Tracker.set_first_view``) in the MLflow UI at ``base``;

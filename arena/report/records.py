@@ -186,14 +186,21 @@ def draw_at(tracker, results: Results, arm: str, mark: float):
     return Draw(np.stack([run.start for run in runs]), np.stack([rewards.mean(axis=1) for rewards in at]), runs[0].hard)
 
 
-def read_control(tracker, control, marks: list[int]) -> SeedRun | None:
-    """The newest finished run of ``control`` (``arena.controls.ControlSpec``) at its config hash, if any."""
+def finished_control(tracker, control):
+    """The newest finished run (``RunRecord``) of ``control`` (``arena.controls.ControlSpec``) at its config hash,
+    if any."""
     found = [r for r in tracker.find_runs({"arena.study": control.study, "arena.control": control.arm,
                                            "arena.config_hash": control.config_hash}) if r.status == "FINISHED"]
-    if not found:
+    return found[0] if found else None
+
+
+def read_control(tracker, control, marks: list[int]) -> SeedRun | None:
+    """The newest finished run of ``control`` at its config hash, if any."""
+    found = finished_control(tracker, control)
+    if found is None:
         return None
-    run = read_seed_run(tracker, control.arm, 0, found[0].run_id, [marks[-1]], control.evaluation.draws)
-    run.start_rewards = _arrays(tracker, found[0].run_id, evaluation_artifact(marks[0], "per_prompt_rewards.npz"))["rewards"]
+    run = read_seed_run(tracker, control.arm, 0, found.run_id, [marks[-1]], control.evaluation.draws)
+    run.start_rewards = _arrays(tracker, found.run_id, evaluation_artifact(marks[0], "per_prompt_rewards.npz"))["rewards"]
     return run
 
 
