@@ -21,6 +21,7 @@ import numpy as np
 from arena.report import stats
 from arena.report.comparison import statistics
 from arena.report.records import ReportError, Results, draw_at
+from arena.report.tables import estimate_cell
 
 AXES = ("samples", "flops", "seconds")
 
@@ -67,7 +68,7 @@ def reach(results: Results, target: Results, tracker, target_tracker, arm: str, 
     index = int(np.argmin(np.abs(target.marks - mark)))
     spent = {axis: float(target.values(arm, f"budget/{axis}")[:, index].mean()) for axis in AXES}
     lines = [f"reach of {arm}'s tail gain at {mark:g} {other.budget.unit} in {other.name}: "
-             f"{_interval(goal_gain)} ({', '.join(f'{spent[a]:.4g} {a}' for a in AXES)}); non-inferiority at "
+             f"{estimate_cell(goal_gain)} ({', '.join(f'{spent[a]:.4g} {a}' for a in AXES)}); non-inferiority at "
              f"margin {margin:g}, one-sided level {level:g}, marks tested from the largest down (fixed sequence); "
              f"draw 0 of {study.evaluation.prompts} prompts x {study.evaluation.samples} samples", ""]
     head = f"{'arm':<18} {'mark':>10}  {'gain':>24}  {'minus target':>24}  {'p':>7}  " + "  ".join(
@@ -84,8 +85,8 @@ def reach(results: Results, target: Results, tracker, target_tracker, arm: str, 
             broken = broken or not passes
             used = {a: float(results.values(name, f"budget/{a}")[:, i].mean()) for a in AXES}
             reached = (results.marks[i], used) if passes else reached
-            rows.append(f"{name:<18} {results.marks[i]:>10g}  {_interval(stats.gain_interval([here], statistic)):>24}  "
-                        f"{_interval(difference):>24}  {_p(p):>7}  " + "  ".join(
+            rows.append(f"{name:<18} {results.marks[i]:>10g}  {estimate_cell(stats.gain_interval([here], statistic)):>24}  "
+                        f"{estimate_cell(difference):>24}  {_p(p):>7}  " + "  ".join(
                             f"{_amount(used[a], spent[a]):>20}" for a in AXES) + ("  reaches" if passes else ""))
         lines += reversed(rows)
         if reached is None:
@@ -95,12 +96,6 @@ def reach(results: Results, target: Results, tracker, target_tracker, arm: str, 
             answers.append(f"{name}: reaches it from {at:g} {study.budget.unit}: "
                            + ", ".join(f"{_amount(used[a], spent[a])} {a}" for a in AXES))
     return "\n".join(lines + [""] + answers)
-
-
-def _interval(estimate: stats.Interval) -> str:
-    if not estimate.has_interval:
-        return f"{estimate.value:+.3f}"
-    return f"{estimate.value:+.3f} [{estimate.low:+.3f}, {estimate.high:+.3f}]"
 
 
 def _p(p: float) -> str:
