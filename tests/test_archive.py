@@ -4,13 +4,15 @@ from both stores, every record and artifact is the same but for the ids, `arena 
 nothing, exporting or importing again writes nothing, and an import cut short is never taken for finished."""
 import io
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from arena.archive import ARCHIVED_ID, import_archives
+from arena.archive import ARCHIVED_ID, archived_id, import_archives, read_record
 from arena.cli import main
+from arena.controls import control_specs
 from arena.report.records import read_results
 from arena.study import load_study
 from arena.tracking import Tracker
@@ -148,3 +150,30 @@ def test_what_is_not_an_archive_is_a_one_line_error_naming_it(origin, tmp_path, 
     assert "no finished run of study 'never_run'" in capsys.readouterr().err
     assert export(path, f"sqlite:///{tmp_path / 'none.db'}", tmp_path / "out") == 2
     assert "no tracking store at" in capsys.readouterr().err
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_committed_archive_is_a_finished_run_of_a_study_as_it_is_now():
+    """archive/ holds the project's long studies (docs/results.md): each file must be what `arena import` then
+    `arena report` read for a study in studies/ at its current configuration, so that an edit of a study (or of a
+    method's options, which changes the config hash) cannot leave its archived runs silently out of the report."""
+    studies = {}
+    for path in sorted((ROOT / "studies").rglob("*.yaml")):
+        study = load_study(path)
+        studies[study.tracking.experiment] = study
+    for path in sorted((ROOT / "archive").rglob("*.tar.gz")):
+        record, archive = read_record(path)
+        archive.close()
+        assert path.parent.name == record["experiment"] and path.name == f"{archived_id(record)}.tar.gz", path
+        assert record["status"] == "FINISHED", path
+        study = studies.get(record["experiment"])
+        assert study is not None, f"{path}: no study in studies/ logs to experiment {record['experiment']!r}"
+        tags = record["tags"]
+        if "arena.control" in tags:
+            wanted = {spec.arm: spec.config_hash for spec in control_specs(study)}
+            assert wanted.get(tags["arena.control"]) == tags["arena.config_hash"], path
+        else:
+            wanted = {(run.arm, str(run.seed)): run.config_hash for run in study.runs()}
+            assert wanted.get((tags["arena.arm"], tags["arena.seed"])) == tags["arena.config_hash"], path
