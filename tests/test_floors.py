@@ -19,7 +19,7 @@ FLOORS = {
     "methods.*": 2,
     # driving: what runs methods against tasks, measures and reports
     "arena.estimator_bench": 3, "arena.evaluate": 3, "arena.study": 3, "arena.runner": 3, "arena.scheduler": 3,
-    "arena.tune.*": 3, "arena.report.*": 3, "arena.profiles": 3, "arena.controls": 3,
+    "arena.tune.*": 3, "arena.report.*": 3, "arena.profiles": 3, "arena.controls": 3, "arena.archive": 3,
     # experiments: variants that studies name by import path and nothing in the packages imports
     "experiments.*": 3,
     # commands: parse, call the floors below, print
