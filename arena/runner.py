@@ -396,7 +396,8 @@ def start_key(run) -> str:
 
 def run_tags(run) -> dict[str, str]:
     return {"arena.method": run.method, "arena.git_commit": git_commit(), "arena.profile": run.profile or "none",
-            "arena.processes": str(world()[1]), **run.config.tags()}
+            "arena.processes": str(world()[1]), "arena.torch_threads": str(torch.get_num_threads()),
+            **run.config.tags()}
 
 
 def git_commit() -> str:

@@ -31,6 +31,7 @@ class Placement:
     address: str | None = None
     cpus: int = 1
     processes: int = 1  # > 1: one run across the processes of a launch (``join_process_group``), this one on devices[0]
+    cores_per_run: int = 0  # torch threads of a CPU run; 0: the cores split between the slots
 
     @property
     def slots(self) -> int:
@@ -40,7 +41,9 @@ class Placement:
         return self.devices[slot] if self.devices else None
 
     def threads(self) -> int:
-        return self.cpus if self.backend == "ray" else max(1, (os.cpu_count() or 1) // self.slots)
+        if self.backend == "ray":
+            return self.cpus
+        return self.cores_per_run or max(1, (os.cpu_count() or 1) // self.slots)
 
     @classmethod
     def auto(cls, jobs: int | None, devices: str | None, runs: int, **ray) -> "Placement":
@@ -53,7 +56,10 @@ class Placement:
             return cls(devices=tuple(devices.split(",")))
         if jobs is None and torch.cuda.is_available():
             return cls(devices=tuple(f"cuda:{i}" for i in range(min(torch.cuda.device_count(), runs))))
-        return cls(jobs=max(1, min(jobs or os.cpu_count() or 1, runs)))
+        # threads from the jobs asked for, not from the runs left: a run's numerics depend on its thread count, so
+        # the last run of a resumed study must get the threads its siblings got (never more slots than runs)
+        asked = max(1, jobs or os.cpu_count() or 1)
+        return cls(jobs=max(1, min(asked, runs)), cores_per_run=max(1, (os.cpu_count() or 1) // asked))
 
     def gpus(self) -> int:
         """GPUs per Ray task: one when runs use a GPU (a cuda device named in ``devices``, else one seen here)."""
@@ -82,6 +88,10 @@ def run_all(study, runs, tracker, parent_id: str, workdir: Path, placement: Plac
             progress: bool = True) -> list[Outcome]:
     """Every run of ``runs``; in this process when there is one slot, else in a pool of processes."""
     if placement.slots == 1:
+        if not placement.devices:  # a CPU run here gets the threads a worker would have
+            import torch
+
+            torch.set_num_threads(placement.threads())
         return [_guarded(run, study, tracker, parent_id, workdir, placement.device(0), 0, force, progress)
                 for run in runs]
     with worker_pool(placement.slots, placement.threads()) as pool:

@@ -380,3 +380,19 @@ def test_final_draws_have_their_own_size_and_the_verdicts_pool_only_the_draws_th
     write(in_tmp, {**study, "analysis": {"draws": None}})  # every draw: 12 x 2 and 6 x 3, no one pilot size
     assert main(["report", str(path), "--plan", "--margin", "0.05"]) == 2
     assert "differ in size" in capsys.readouterr().err
+
+
+def test_a_runs_threads_follow_the_jobs_asked_for_not_the_runs_left(in_tmp, monkeypatch):
+    """A run's numbers depend on its torch thread count (float sums in another order), so the last run of a
+    resumed study, alone in its invocation, must get the threads its siblings got two at a time; each run
+    records its count (``arena.torch_threads``)."""
+    from arena.scheduler import Placement
+
+    cores = os.cpu_count() or 1
+    assert main(["run", str(write(in_tmp, STUDY)), "--only", "arm=es,seed=0", "--jobs", "2"]) == 0
+    (run,), _ = children(client_for(in_tmp), "e2e")
+    assert run.data.tags["arena.torch_threads"] == str(max(1, cores // 2))
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert [(p.slots, p.threads()) for p in (Placement.auto(4, None, 1), Placement.auto(4, None, 10),
+                                             Placement.auto(1, None, 10))] == [(1, 2), (4, 2), (1, 8)]
