@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arena.progress import Progress
+from arena.tracking import safe_name
 
 FORMAT = 1
 ARCHIVED_ID = "arena.archived_id"  # the run's id in the store it first ran in
@@ -48,16 +49,12 @@ class Counts:
     present: int = 0  # already in the folder (export) or the store (import)
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-
-
 def archived_id(record: dict) -> str:
     return record["tags"].get(ARCHIVED_ID, record["run_id"])
 
 
 def archive_path(folder: Path, experiment: str, run_id: str) -> Path:
-    return Path(folder) / _safe(experiment) / f"{run_id}.tar.gz"
+    return Path(folder) / safe_name(experiment) / f"{run_id}.tar.gz"
 
 
 def study_run_ids(tracker, study) -> list[str]:

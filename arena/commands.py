@@ -82,6 +82,17 @@ def _study(args):
     return dataclasses.replace(study, model=model) if model else study
 
 
+def _written_store(args, study) -> str:
+    """The tracking URI the command reads ``study``'s runs from (``resolve_uri``); ``UserError`` when it names a
+    SQLite file that does not exist (opening it would create an empty store)."""
+    from arena.tracking import missing_store, resolve_uri
+
+    uri = resolve_uri(args.tracking_uri, study.tracking.uri)
+    if missing_store(uri):
+        raise UserError(f"no tracking store at {missing_store(uri)}: pass the --tracking-uri that 'arena run' wrote to")
+    return uri
+
+
 def cmd_validate(args) -> None:
     study = _study(args)
     runs = study.runs()
@@ -142,12 +153,10 @@ def _check_outcomes(outcomes) -> None:
 def cmd_report(args) -> None:
     from arena.report.comparison import write_study_report
     from arena.report.records import ReportError
-    from arena.tracking import Tracker, missing_store, resolve_uri
+    from arena.tracking import Tracker
 
     study = _study(args)
-    uri = resolve_uri(args.tracking_uri, study.tracking.uri)
-    if missing_store(uri):
-        raise UserError(f"no tracking store at {missing_store(uri)}: pass the --tracking-uri that 'arena run' wrote to")
+    uri = _written_store(args, study)
     out = args.out or Path("reports") / study.name
     tracker = Tracker(uri, study.tracking.experiment)
     if args.reach:
@@ -210,12 +219,10 @@ def cmd_tune(args) -> None:
 
 def cmd_export(args) -> None:
     from arena.archive import ArchiveError, export_study
-    from arena.tracking import Tracker, missing_store, resolve_uri
+    from arena.tracking import Tracker
 
     study = _study(args)
-    uri = resolve_uri(args.tracking_uri, study.tracking.uri)
-    if missing_store(uri):
-        raise UserError(f"no tracking store at {missing_store(uri)}: pass the --tracking-uri that 'arena run' wrote to")
+    uri = _written_store(args, study)
     try:
         counts = export_study(Tracker(uri, study.tracking.experiment), study, args.to)
     except ArchiveError as error:

@@ -168,6 +168,11 @@ def draw_artifact(draw: int) -> str:
     return f"evaluations/draws/{draw:02d}.npz"
 
 
+def safe_name(name: str) -> str:
+    """``name`` as one path component: letters, digits, '-', '_' and '.' kept, anything else '_'."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
 def flat_params(tree: dict) -> dict[str, str]:
     """The params ``Tracker.start_run`` logs for ``tree``: keys joined with dots, values as text (cut to 500)."""
     return _flatten(tree)
@@ -206,8 +211,7 @@ class Tracker:
             return found.experiment_id
         location = None
         if self.uri.startswith("sqlite:///") and ":memory:" not in self.uri:  # beside the file, not in the cwd
-            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.experiment)
-            location = (_sqlite_path(self.uri).parent / "mlartifacts" / safe).absolute().as_uri()
+            location = (_sqlite_path(self.uri).parent / "mlartifacts" / safe_name(self.experiment)).absolute().as_uri()
         try:
             return self.client.create_experiment(self.experiment, artifact_location=location)
         except MlflowException as error:  # another process created it in between

@@ -41,7 +41,7 @@ def records_by_first_id(uri: str) -> dict[str, dict]:
     out = {}
     for run in runs:
         record = tracker.run_record(run.info.run_id)
-        out[record["tags"].get(ARCHIVED_ID, run.info.run_id)] = record
+        out[archived_id(record)] = record
     return out
 
 
