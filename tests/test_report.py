@@ -193,6 +193,23 @@ def test_the_curves_against_flops_sit_at_the_flops_each_arm_logged(store):
         assert np.allclose(line.get_xdata(), [(m + 4 * (m > 0)) * FLOPS_PER_SAMPLE[arm] for m in MARKS])
 
 
+@pytest.mark.parametrize("ticks, labels", [([0, 1000, 2000, 3000], ["0", "1000", "2000", "3000"]),
+                                           ([0, 1e4, 2e4], ["0", "10k", "20k"]),
+                                           ([0, 1.5e6, 3e6], ["0", "1.5M", "3M"]),
+                                           ([0, 5e12, 1e13, 1.5e13], ["0", "5T", "10T", "15T"])])
+def test_budget_ticks_are_short_and_in_one_scale(ticks, labels):
+    """A FLOPs axis to 1.5e13 once read 0, 5000G, 10000G, 15000G: labels that ran into each other."""
+    from arena.report.figures import Curve, _budget_axis, _figure, style
+
+    with style():
+        figure, axes = _figure(2.0)
+        axis = axes[0, 0]
+        axis.set_xticks(ticks)
+        _budget_axis(axis, [Curve("a", np.asarray(ticks, dtype=float), np.zeros(len(ticks)))])
+        figure.canvas.draw()
+        assert [tick.get_text() for tick in axis.get_xticklabels()] == labels
+
+
 def t_interval(values):
     """scipy's Student-t interval of a mean over seeds."""
     values = np.asarray(values)
