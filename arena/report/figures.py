@@ -65,9 +65,8 @@ class Panel:
 def _budget_axis(axis, curves: list[Curve]) -> None:
     """Budget tick labels in one scale per axis, short enough not to overlap: 3000, or 20k, 1.5M, 2.5G, 17.5T."""
     top = max((float(np.max(curve.x)) for curve in curves), default=0.0)
-    scales = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e4, "k"))
-    scale, suffix = next(((s, x) for s, x in scales if top >= s), (1.0, ""))
-    scale = 1e3 if suffix == "k" else scale
+    scales = ((1e12, 1e12, "T"), (1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k"))  # from, divide by, suffix
+    scale, suffix = next(((by, x) for start, by, x in scales if top >= start), (1.0, ""))
     axis.xaxis.set_major_formatter(lambda value, _position: f"{value / scale:g}{suffix if value else ''}")
 
 
