@@ -1,9 +1,13 @@
+import contextlib
+import datetime
 import json
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from arena.model.tiny import TinyConfig, build_policy
+from arena.processes import leave_process_group
 from arena.rng import torch_generator
 
 SMALL = TinyConfig(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, block_size=4, sub_block=2)
@@ -17,6 +21,24 @@ def sharpen(policy, std: float = 0.25, seed: int = 7):
             if "norm" not in name:
                 param.normal_(0.0, std, generator=generator)
     return policy
+
+
+@contextlib.contextmanager
+def gloo_rank(store: str, rank: int, world: int, seconds: int = 120):
+    """Run the block as rank ``rank`` of a ``world``-process gloo group, then end this spawned process.
+
+    After a success the ranks leave together and the process ends by ``os._exit`` (``leave_process_group``):
+    a plain return lets the interpreter shut down under gloo's worker threads, which aborts it ('terminate
+    called without an active exception'; one CI run in several). After an error the group is torn down and
+    the error raised, for ``mp.spawn`` to report."""
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=seconds))
+    try:
+        yield
+    except BaseException:
+        dist.destroy_process_group()
+        raise
+    leave_process_group(0)
 
 
 def digit_share(index: int, text: str) -> float:

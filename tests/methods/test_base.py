@@ -1,19 +1,16 @@
 """methods.base.all_reduce_sums: named scalars across gloo ranks, sums and maxima in one collective,
 and ranks that disagree on the names fail loudly instead of mixing values up."""
-import datetime
 import json
 import pathlib
 
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from conftest import gloo_rank
 from methods.base import all_reduce_sums
 
 
 def _rank(rank: int, world: int, directory: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{directory}/store", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
-    try:
+    with gloo_rank(f"{directory}/store", rank, world, seconds=60):
         # names in a different order on each rank: pairing is by name, not by position
         names = ["units", "loss", "ratio_max"] if rank == 0 else ["ratio_max", "units", "loss"]
         values = {"units": [3.0, 4.0][rank], "loss": [0.25, -1.5][rank], "ratio_max": [1.5, 1.25][rank]}
@@ -23,9 +20,6 @@ def _rank(rank: int, world: int, directory: str) -> None:
         except RuntimeError as error:
             result["mismatch"] = str(error)
         pathlib.Path(directory, f"rank-{rank}.json").write_text(json.dumps(result))
-    finally:
-        dist.barrier()  # tear down together: a rank leaving early aborts gloo in the other
-        dist.destroy_process_group()
 
 
 def test_named_sums_and_maxima_across_two_ranks(tmp_path):

@@ -1,7 +1,6 @@
 """ES (methods/es.py): the pitfalls of research/es_llm.md §5 as tests, plus the update's size,
 its direction on a toy objective, learning on the tiny model, and two gloo processes = one."""
 import copy
-import datetime
 import math
 import pathlib
 import statistics
@@ -9,13 +8,12 @@ import types
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from arena.rng import numpy_generator, torch_generator
 from arena.model.sampler import SamplerConfig, generate
 from arena.model.tiny import build_policy
-from conftest import SMALL, share_of_ones, sharpen
+from conftest import SMALL, gloo_rank, share_of_ones, sharpen
 from arena.config import ConfigError
 from methods.base import make_method
 from methods.es import SHAPING, centered_rank
@@ -247,9 +245,7 @@ def test_antithetic_population_must_be_even():
 
 def _replica(rank: int, world: int, directory: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{directory}/store-{world}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
-    try:
+    with gloo_rank(f"{directory}/store-{world}", rank, world):
         policy = sharpen(build_policy(SMALL), std=0.1)
         method = make_method("es", policy, {**FAST, "checksum_every": 1}, seed=0)
         prompts = encoded(policy, TRAIN)
@@ -267,9 +263,6 @@ def _replica(rank: int, world: int, directory: str) -> None:
                 method.step(prompts, share_of_ones, 3)
             except RuntimeError as error:
                 pathlib.Path(directory, f"drift-{rank}.txt").write_text(str(error))
-    finally:
-        dist.barrier()  # tear down together: a rank leaving early aborts gloo in the other ("terminate called")
-        dist.destroy_process_group()
 
 
 def test_two_gloo_processes_reach_the_same_parameters_as_one(tmp_path):

@@ -8,21 +8,19 @@
 - Master weights: the optimizer path equals plain fp32 AdamW on the same gradients (a second
   implementation), while AdamW directly on bf16 weights loses the update entirely.
 """
+import contextlib
 import dataclasses
-import datetime
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
-from conftest import SMALL, digit_share, sharpen
+from conftest import SMALL, digit_share, gloo_rank, sharpen
 
 import methods.grpo
 from arena.rng import torch_generator
 from arena.model.sampler import Generation, SamplerConfig, generate
 from arena.model.tiny import build_policy
-from arena.processes import leave_process_group
 from arena.config import ConfigError
 from methods.base import make_method
 from methods.fsdp import MasterWeights
@@ -46,10 +44,8 @@ def _run(rank: int, world: int, directory: str, tag: str, sharding: str, dtype, 
     torch.set_num_threads(1)  # the same CPU kernels on any machine; two ranks share two cores
     if rollouts:  # this spawned process's own copy of the module
         methods.grpo.generate = _replayer(torch.load(rollouts, weights_only=False))
-    if world > 1 or sharding == "fsdp":
-        dist.init_process_group("gloo", init_method=f"file://{directory}/store-{tag}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=120))
-    try:
+    grouped = world > 1 or sharding == "fsdp"
+    with gloo_rank(f"{directory}/store-{tag}", rank, world) if grouped else contextlib.nullcontext():
         policy = _policy(dtype)
         options = {**OPTIONS, "sharding": sharding, "micro_batch": micro_batch}
         method = make_method("block_grpo", policy, options, seed=3)
@@ -67,11 +63,6 @@ def _run(rank: int, world: int, directory: str, tag: str, sharding: str, dtype, 
         if rank == 0:
             torch.save({"masters": masters, "consumption": result.consumption, "stats": result.stats},
                        f"{directory}/{tag}.pt")
-    except BaseException:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        raise
-    leave_process_group(0)  # together, and by os._exit: FSDP's gloo threads outlive the group (see there)
 
 
 def _whole(tensor: torch.Tensor) -> torch.Tensor:

@@ -2,17 +2,15 @@
 the frozen reference scored through a view, and two gloo processes computing what one computes.
 Non-finite safety: a zero reward moves nothing, exactly; log-ratios are clamped and counted; a NaN
 reward or gradient skips the step, and too many in a row stop the run with a named error."""
-import datetime
 import math
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from arena.model.sampler import SamplerConfig, generate
 from arena.model.tiny import build_policy
-from conftest import SMALL, digit_share, sharpen
+from conftest import SMALL, digit_share, gloo_rank, sharpen
 from methods import likelihood
 from arena.config import ConfigError
 from methods.base import COMMON_STATS, NonFiniteError, make_method
@@ -126,9 +124,7 @@ def test_step_statistics_have_consistent_names():
 
 def _replica(rank: int, world: int, directory: str) -> None:
     torch.set_num_threads(1)  # the same CPU kernels in both runs, whatever the machine; no oversubscription
-    dist.init_process_group("gloo", init_method=f"file://{directory}/grpo-store-{world}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
-    try:
+    with gloo_rank(f"{directory}/grpo-store-{world}", rank, world):
         policy = sharpen(build_policy(SMALL), std=0.1)
         options = {**FAST, "lr": 1e-4, "estimator": "elbo", "beta": 0.05, "inner_iterations": 2}
         method = make_method("block_grpo", policy, options, seed=3)
@@ -137,9 +133,6 @@ def _replica(rank: int, world: int, directory: str) -> None:
         if rank == 0:
             torch.save({"params": {n: p.detach() for n, p in policy.model.named_parameters()},
                         "consumption": result.consumption, "stats": result.stats}, f"{directory}/grpo-{world}.pt")
-    finally:
-        dist.barrier()  # tear down together: a rank leaving early aborts gloo in the other ("terminate called")
-        dist.destroy_process_group()
 
 
 def test_two_gloo_processes_match_one(tmp_path):
