@@ -159,21 +159,21 @@ def test_every_committed_archive_is_a_finished_run_of_a_study_as_it_is_now():
     """archive/ holds the project's long studies (docs/results.md): each file must be what `arena import` then
     `arena report` read for a study in studies/ at its current configuration, so that an edit of a study (or of a
     method's options, which changes the config hash) cannot leave its archived runs silently out of the report."""
-    studies = {}
+    studies = {}  # experiment -> the studies logging to it (a family's view, e.g. *_mu1.yaml, shares its runs)
     for path in sorted((ROOT / "studies").rglob("*.yaml")):
         study = load_study(path)
-        studies[study.tracking.experiment] = study
+        studies.setdefault(study.tracking.experiment, []).append(study)
     for path in sorted((ROOT / "archive").rglob("*.tar.gz")):
         record, archive = read_record(path)
         archive.close()
         assert path.parent.name == record["experiment"] and path.name == f"{archived_id(record)}.tar.gz", path
         assert record["status"] == "FINISHED", path
-        study = studies.get(record["experiment"])
-        assert study is not None, f"{path}: no study in studies/ logs to experiment {record['experiment']!r}"
+        sharing = studies.get(record["experiment"])
+        assert sharing, f"{path}: no study in studies/ logs to experiment {record['experiment']!r}"
         tags = record["tags"]
         if "arena.control" in tags:
-            wanted = {spec.arm: spec.config_hash for spec in control_specs(study)}
-            assert wanted.get(tags["arena.control"]) == tags["arena.config_hash"], path
+            wanted = {(spec.arm, spec.config_hash) for study in sharing for spec in control_specs(study)}
+            assert (tags["arena.control"], tags["arena.config_hash"]) in wanted, path
         else:
-            wanted = {(run.arm, str(run.seed)): run.config_hash for run in study.runs()}
-            assert wanted.get((tags["arena.arm"], tags["arena.seed"])) == tags["arena.config_hash"], path
+            wanted = {(run.arm, str(run.seed), run.config_hash) for study in sharing for run in study.runs()}
+            assert (tags["arena.arm"], tags["arena.seed"], tags["arena.config_hash"]) in wanted, path
