@@ -152,6 +152,7 @@ class Decoding:
         # ---- layout: row r's first generation block is its block P_r // B; align them all at `base`
         self.first = [len(p) // B for p in prompts]
         self.tails = [len(p) - k * B for p, k in zip(prompts, self.first)]  # prompt tokens inside that block
+        self.tails_t = torch.tensor(self.tails, device=device)
         self.n_blocks = [-(-(len(p) + config.max_new_tokens) // B) - k for p, k in zip(prompts, self.first)]
         self.base = max(self.first)
         # left padding, whole blocks
@@ -207,18 +208,24 @@ class Decoding:
         self.forward_tokens += mask.shape[0] * mask.shape[2]
         return hidden
 
-    def record(self, slot: int, c: int, token: int, prob: float) -> None:
-        r = int(self.alive[slot])
-        self.tokens_out[r, c], self.steps_out[r, c], self.probs_out[r, c] = token, self.step, prob
+    def record(self, slots: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, probs: torch.Tensor) -> None:
+        """Store decoded ``tokens`` (drawn with ``probs``) of batch ``slots`` at completion ``positions``."""
+        rows, positions = self.alive[slots].cpu(), positions.cpu()
+        self.tokens_out[rows, positions] = tokens.cpu()
+        self.steps_out[rows, positions] = self.step
+        self.probs_out[rows, positions] = probs.cpu().double()
+
+    def uniforms(self, slots: list[int], shape: tuple[int, ...]) -> torch.Tensor:
+        """One float64 draw of ``shape`` from each slot's row generator, stacked (slots, *shape): a row's stream does
+        not depend on its batch mates."""
+        return torch.stack([torch.rand(shape, generator=self.generators[int(self.alive[s])], dtype=torch.float64)
+                            for s in slots]).to(self.device)
 
     def first_tokens(self, last_logits: torch.Tensor, slots: list[int], block_start: list[int]) -> torch.Tensor:
         """AR step: draw the first token of each row's next block from its previous block's last logit."""
-        rows = [int(self.alive[s]) for s in slots]
-        u = torch.stack([torch.rand((), generator=self.generators[r], dtype=torch.float64) for r in rows])
-        u = u.to(self.device)
-        tokens, probs = draw(last_logits[slots], self.temps[rows], self.config.top_p, u.float())
-        for s, c, t, p in zip(slots, block_start, tokens.tolist(), probs.tolist()):
-            self.record(s, c, t, p)
+        u = self.uniforms(slots, ())
+        tokens, probs = draw(last_logits[slots], self.temps[self.alive[slots]], self.config.top_p, u.float())
+        self.record(torch.tensor(slots), torch.tensor(block_start), tokens, probs)
         return tokens
 
     def open_first_block(self) -> None:
@@ -247,21 +254,27 @@ class Decoding:
                                                                   commit=False)))
             sub_of_first_mask = pending.float().argmax(1) // S
             in_sub = pending & (torch.arange(B, device=device)[None] // S == sub_of_first_mask[:, None])
-            for slot in pending.any(1).nonzero().flatten().tolist():
-                r = int(self.alive[slot])
-                candidates = in_sub[slot].nonzero().flatten()
-                u = torch.rand(2, B, generator=self.generators[r], dtype=torch.float64)[:, : len(candidates)].to(device)
-                tokens, probs = draw(logits[slot, candidates], self.temps[r].expand(len(candidates)), config.top_p,
-                                     u[0].float())
-                if config.order == "random":
-                    chosen = u[1].argmax()[None]
-                else:
-                    chosen = ((probs > config.threshold)
-                              | (torch.arange(len(probs), device=device) == probs.argmax())).nonzero().flatten()
-                for c in chosen.tolist():
-                    j = int(candidates[c])
-                    self.block[slot, j], pending[slot, j] = tokens[c], False
-                    self.record(slot, self.generated * B + j - self.tails[r], int(tokens[c]), float(probs[c]))
+            # every candidate of every decoding row in one draw; candidate k of a row (in position order) takes
+            # its row's k-th uniform, as the row decoded alone would
+            slots = pending.any(1).nonzero().flatten()
+            u = self.uniforms(slots.tolist(), (2, B))
+            candidates = in_sub[slots]
+            rank = candidates.cumsum(1) - 1
+            row, j = candidates.nonzero(as_tuple=True)
+            tokens, probs = draw(logits[slots[row], j], self.temps[self.alive[slots[row]]], config.top_p,
+                                 u[row, 0, rank[row, j]].float())
+            # the candidate with the highest score (the first of ties, as argmax over the candidates alone); the
+            # threshold compares in the probabilities' own dtype, as before
+            by = u[row, 1, rank[row, j]] if config.order == "random" else probs
+            score = torch.full(candidates.shape, -1.0, dtype=by.dtype, device=device)
+            score[row, j] = by
+            chosen = torch.arange(B, device=device)[None] == score.argmax(1, keepdim=True)
+            if config.order == "confidence":
+                chosen |= score > config.threshold
+            take = chosen[row, j]
+            row, j, tokens, probs = row[take], j[take], tokens[take], probs[take]
+            self.block[slots[row], j], pending[slots[row], j] = tokens, False
+            self.record(slots[row], self.generated * B + j - self.tails_t[self.alive[slots[row]]], tokens, probs)
 
     def close_block(self) -> bool:
         """End the rows that produced the stop token or reached their length; whether any row goes on."""

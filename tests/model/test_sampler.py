@@ -25,8 +25,9 @@ def test_cached_equals_uncached(tiny_policy):
 
 
 def test_batch_equals_rows_alone(tiny_policy):
-    for temperature in (0.0, 0.8):  # temperature > 0 with batch > 1 crashed Fast-dLLM v2 (issue #64)
-        config = SamplerConfig(max_new_tokens=9, temperature=temperature, threshold=0.3)
+    # temperature > 0 with batch > 1 crashed Fast-dLLM v2 (issue #64); random order reads each row's second uniforms
+    for temperature, order in ((0.0, "confidence"), (0.8, "confidence"), (1.0, "random")):
+        config = SamplerConfig(max_new_tokens=9, temperature=temperature, threshold=0.3, order=order)
         batch = generate(tiny_policy, PROMPTS, config, seed=11)
         for row, prompt in enumerate(PROMPTS):
             alone = generate(tiny_policy, [prompt], config, seed=11, row_ids=[row])
