@@ -215,11 +215,11 @@ class Decoding:
         self.steps_out[rows, positions] = self.step
         self.probs_out[rows, positions] = probs.cpu().double()
 
-    def uniforms(self, slots: list[int], shape: tuple[int, ...]) -> torch.Tensor:
+    def uniforms(self, slots, shape: tuple[int, ...]) -> torch.Tensor:
         """One float64 draw of ``shape`` from each slot's row generator, stacked (slots, *shape): a row's stream does
         not depend on its batch mates."""
-        return torch.stack([torch.rand(shape, generator=self.generators[int(self.alive[s])], dtype=torch.float64)
-                            for s in slots]).to(self.device)
+        return torch.stack([torch.rand(shape, generator=self.generators[r], dtype=torch.float64)
+                            for r in self.alive[slots].tolist()]).to(self.device)
 
     def first_tokens(self, last_logits: torch.Tensor, slots: list[int], block_start: list[int]) -> torch.Tensor:
         """AR step: draw the first token of each row's next block from its previous block's last logit."""
@@ -257,15 +257,15 @@ class Decoding:
             # every candidate of every decoding row in one draw; candidate k of a row (in position order) takes
             # its row's k-th uniform, as the row decoded alone would
             slots = pending.any(1).nonzero().flatten()
-            u = self.uniforms(slots.tolist(), (2, B))
+            u = self.uniforms(slots, (2, B))
             candidates = in_sub[slots]
-            rank = candidates.cumsum(1) - 1
             row, j = candidates.nonzero(as_tuple=True)
+            k = (candidates.cumsum(1) - 1)[row, j]  # each candidate's rank within its row
             tokens, probs = draw(logits[slots[row], j], self.temps[self.alive[slots[row]]], config.top_p,
-                                 u[row, 0, rank[row, j]].float())
+                                 u[row, 0, k].float())
             # the candidate with the highest score (the first of ties, as argmax over the candidates alone); the
             # threshold compares in the probabilities' own dtype, as before
-            by = u[row, 1, rank[row, j]] if config.order == "random" else probs
+            by = u[row, 1, k] if config.order == "random" else probs
             score = torch.full(candidates.shape, -1.0, dtype=by.dtype, device=device)
             score[row, j] = by
             chosen = torch.arange(B, device=device)[None] == score.argmax(1, keepdim=True)
