@@ -9,23 +9,28 @@
               model's mode is right, much of any optimizer's gain is available this way; "gain over sharpen" is
               the share that is not.
 
+Matched decoding: a trained arm's gain over ``sharpen`` at the study's temperature compares a policy decoded at
+1.0 with one decoded at its best temperature. So, in a study with ``sharpen`` (and held-out evaluation), every
+trained run ends with ``arena.runner.matched_decoding``: the same rule (``arena.evaluate.choose_temperature``: the same grid, the same
+training-split prompts and decoding seeds, the same tie-break) applied to the trained policy, then every evaluation
+draw decoded at the temperature it picks. A policy equal to the start picks sharpen's τ and decodes sharpen's
+samples, so its matched difference from ``sharpen`` is exactly zero.
+
 A control is logged as a child run of the invocation (``arena.control`` tag, seed 0, its own config hash), with the
 evaluation metrics and per-prompt rewards at the study's final mark (its start: the study's cached start), and the
 other evaluation draws as a trained run has them; a finished control is skipped when the study runs again.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from arena.budget import UNITS, evaluation_points
-from arena.evaluate import Evaluator, lower_cvar
+from arena.evaluate import SHARPEN_GRID, Evaluator, choose_temperature
 from arena.study import digest, plain
 from arena.tracking import evaluation_artifact
 from rewards import load_task
 
-SHARPEN_GRID = (0.0, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # τ: 0 is greedy, 1 the start policy itself
 
 
 @dataclass(frozen=True)
@@ -59,21 +64,13 @@ def control_specs(study) -> list[ControlSpec]:
             for name in study.controls]
 
 
-def best_temperature(evaluator: Evaluator, policy, alpha: float) -> tuple[float, dict[float, float]]:
-    """τ of ``SHARPEN_GRID`` with the highest tail reward on ``evaluator``'s prompts (a training-split draw), and
-    every τ's tail; ties go to the larger τ, the smaller change."""
-    tails = {tau: lower_cvar(evaluator.decode(policy, temperature=tau * evaluator.spec.temperature).per_prompt, alpha)
-             for tau in SHARPEN_GRID}
-    return max(SHARPEN_GRID, key=lambda tau: (tails[tau], tau)), tails
-
-
 def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workdir: Path, device: str | None = None,
                      force: bool = False):
     """Evaluate one control (or skip it, finished before) and log it as a child run of ``parent_id``; its
     ``arena.runner.Outcome``."""
     from arena.model import load_policy
     from arena.runner import (Outcome, decide, draw_starts, git_commit, other_draws, start_cache,
-                              starting_evaluation)
+                              starting_evaluation, temperature_rows)
 
     tags = {"arena.study": control.study, "arena.arm": control.arm, "arena.seed": "0",
             "arena.config_hash": control.config_hash, "arena.control": control.arm}
@@ -93,11 +90,9 @@ def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workd
     try:
         temperature, rows = None, []
         if control.arm == "sharpen":
-            training = Evaluator(task, dataclasses.replace(spec, split="train"), policy.tokenizer, control.task.source)
-            tau, tails = best_temperature(training, policy, spec.primary_alpha)
+            tau, tails = choose_temperature(task, spec, policy, control.task.source)
             temperature = tau * spec.temperature
-            rows += [("control/temperature", tau, last)]
-            rows += [(f"control/train_tail_t{value:g}", tail, last) for value, tail in tails.items()]
+            rows += temperature_rows("control", tau, tails, last)
         end = start if temperature is None else evaluator.decode(policy, temperature=temperature)
         rows += [(f"eval/{key}", value, last) for key, value in evaluator.metrics(end, start, hard).items()]
         rows += [(f"budget/{unit}", 0.0, last) for unit in UNITS]  # a control trains nothing

@@ -28,6 +28,7 @@ two decodes per draw, where the curve's draw 0 is decoded at every point.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ import numpy as np
 from arena.model.sampler import SamplerConfig, generate
 from arena.rng import EvaluationKey, numpy_generator, seed_of
 
+DRAW_METRICS = ("tail_gain", "mean_gain", "hard_gain", "tail_reward")  # logged per evaluation draw 1..D-1
+SHARPEN_GRID = (0.0, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # τ: 0 is greedy, 1 the start policy itself
 
 
 def lower_cvar(per_prompt: np.ndarray, alpha: float) -> float:
@@ -150,6 +153,25 @@ class Evaluator:
             for name, value in self.task.sample_metrics(sample["completion"], self.examples[row // k]).items():
                 totals[name] = totals.get(name, 0.0) + float(value)
         return {name: total / len(evaluation.completions) for name, total in totals.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# the sharpening rule: a policy's best temperature, chosen on training prompts (arena.controls, matched decoding)
+
+
+def best_temperature(evaluator: Evaluator, policy, alpha: float) -> tuple[float, dict[float, float]]:
+    """τ of ``SHARPEN_GRID`` with the highest tail reward on ``evaluator``'s prompts (a training-split draw), and
+    every τ's tail; ties go to the larger τ, the smaller change."""
+    tails = {tau: lower_cvar(evaluator.decode(policy, temperature=tau * evaluator.spec.temperature).per_prompt, alpha)
+             for tau in SHARPEN_GRID}
+    return max(SHARPEN_GRID, key=lambda tau: (tails[tau], tau)), tails
+
+
+def choose_temperature(task, spec, policy, source: str | None) -> tuple[float, dict[float, float]]:
+    """The sharpening rule for ``policy``: τ and every τ's tail on the training split's prompts of ``spec`` (the
+    study's evaluation section), decoded with the evaluation's own keyed seeds."""
+    training = Evaluator(task, dataclasses.replace(spec, split="train"), policy.tokenizer, source)
+    return best_temperature(training, policy, spec.primary_alpha)
 
 
 class EvaluationError(ValueError):

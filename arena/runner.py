@@ -33,16 +33,15 @@ import numpy as np
 import torch
 
 from arena.budget import Consumption, Meter, evaluation_points
-from arena.evaluate import Evaluation, Evaluator, RewardError, checked_reward
+from arena.evaluate import DRAW_METRICS, Evaluation, Evaluator, RewardError, checked_reward, choose_temperature
 from arena.progress import Progress
 from arena.rng import RunKey, seed_of
 from arena.study import digest
-from arena.tracking import draw_artifact, evaluation_artifact
+from arena.tracking import draw_artifact, evaluation_artifact, matched_artifact
 from methods import fsdp, method_class
 from methods.base import all_reduce_sums, world
 from rewards import load_task
 
-DRAW_METRICS = ("tail_gain", "mean_gain", "hard_gain", "tail_reward")  # logged per extra evaluation draw
 SHARDS = "shards"  # a sharded (FSDP) checkpoint's method state: the folder shards-<point> beside checkpoint.pt
 # what fails one run (a reward that raised, a non-finite statistic, an invalid option: ConfigError is a ValueError)
 # and not the invocation, whose other runs (or trials) go on; any other error is arena's and stops the invocation
@@ -220,6 +219,33 @@ def other_draws(evaluators: list[Evaluator], starts: list[tuple[Evaluation, np.n
     return rows
 
 
+def temperature_rows(prefix: str, tau: float, tails: dict[float, float], mark: int) -> list[tuple[str, float, int]]:
+    """The chosen τ and the training tail at every τ of the grid, as metric rows under ``prefix``."""
+    return [(f"{prefix}/temperature", tau, mark),
+            *((f"{prefix}/train_tail_t{value:g}", tail, mark) for value, tail in tails.items())]
+
+
+def matched_decoding(policy, task, spec, source: str | None, evaluators: list[Evaluator], starts: list, mark: int,
+                     tracker, run_id: str) -> list[tuple[str, float, int]]:
+    """A trained run's end at its own best temperature (the sharpening rule, ``arena.evaluate.choose_temperature``): every
+    evaluation draw (``evaluators``, draw 0 first, with ``starts``: each draw's start and hard subset at the
+    study's temperature) decoded at τ x the study's temperature. Logs each draw's start, end and hard subset as
+    ``matched_artifact(draw)``; returns the rows: ``matched/temperature`` (τ), the training tails, every
+    evaluation metric of draw 0 as ``matched/eval/<key>`` and draws 1.. as ``matched/draws/<d>/<key>``."""
+    tau, tails = choose_temperature(task, spec, policy, source)
+    rows = temperature_rows("matched", tau, tails, mark)
+    for evaluator, (start, hard) in zip(evaluators, starts, strict=True):
+        now = evaluator.decode(policy, temperature=tau * spec.temperature)
+        metrics = evaluator.metrics(now, start, hard)
+        if evaluator.draw == 0:
+            rows += [(f"matched/eval/{key}", value, mark) for key, value in metrics.items()]
+        else:
+            rows += [(f"matched/draws/{evaluator.draw}/{key}", metrics[key], mark) for key in DRAW_METRICS]
+        tracker.log_npz(run_id, {"start": start.rewards, "end": now.rewards, "hard": hard},
+                        matched_artifact(evaluator.draw))
+    return rows
+
+
 def initial_weights(model) -> dict[str, torch.Tensor]:
     """The weights before a method wraps the model, on the CPU, for ``weight_drift``."""
     return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()}
@@ -366,6 +392,12 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
             pending += [(f"train/{k}", float(v), mark) for k, v in result.stats.items()]
             shown["step_s"] = f"{seconds:.1f}"
             bar.update(state.meter.amount(unit), **shown)
+        if study.matched_decoding:  # after the last checkpoint: a run killed here resumes straight to it
+            bar.line("matched decoding: choosing the run's own best temperature on training prompts")
+            with fsdp.gathered(policy.model):
+                tracker.log_rows(run_id, matched_decoding(policy, task, run.evaluation, run.task.source,
+                                                          [evaluator, *extra], [(start, hard), *extra_starts],
+                                                          int(round(points[-1])), tracker, run_id))
         outcome = "finished"
     except BaseException as error:
         tracker.finish(run_id, "KILLED" if isinstance(error, (KeyboardInterrupt, Stop)) else "FAILED")

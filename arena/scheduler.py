@@ -168,7 +168,7 @@ def summary_table(study, tracker) -> str:
         results = read_results(tracker, study)
     except ReportError as error:
         return f"no summary: {error}"
-    return tables.text(comparison.rows(results), comparison.setup(results))
+    return tables.text(comparison.rows(results), comparison.setup(results), comparison.matched_rows(results))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +264,7 @@ def describe_runs(study, runs) -> str:
              *([f"evaluation {later}: {extra.prompts} other prompts x {extra.samples} samples each "
                 f"({extra.prompts * extra.samples} completions), at the start and the end only"]
                if evaluation.draws > 1 else []),
+             *([matched_cost(study)] if study.matched_decoding else []),
              f"{'arm':<{width}} {'seed':>4}  {'config':<12}  {'method':<12} {'samples/step':>12} {'steps':>6} "
              f"{'train samples':>13}  options"]
     for run in runs:
@@ -272,6 +273,21 @@ def describe_runs(study, runs) -> str:
         lines.append(f"{run.arm:<{width}} {run.seed:>4}  {run.config_hash:<12}  {run.method:<12} {per_step or '?':>12} "
                      f"{steps or '?':>6} {steps * per_step if steps else '?':>13}  {run.options}")
     return "\n".join(lines)
+
+
+def matched_cost(study) -> str:
+    """What matched decoding adds to each trained run, in completions, against the run's own evaluation."""
+    from arena.evaluate import SHARPEN_GRID
+
+    evaluation = study.evaluation
+    draw0 = evaluation.prompts * evaluation.samples
+    others = (evaluation.draws - 1) * evaluation.of_draw(1).prompts * evaluation.of_draw(1).samples
+    grid = len(SHARPEN_GRID) * draw0
+    own = (evaluation.points - 1) * draw0 + others  # the later points and the final draws; the start is shared
+    return (f"matched decoding (the sharpen control is on): each trained run ends with {len(SHARPEN_GRID)} "
+            f"temperatures x {evaluation.prompts} training prompts x {evaluation.samples} samples, then every draw "
+            f"at the temperature chosen: {grid + draw0 + others} more completions, {(grid + draw0 + others) / own:.1f}x "
+            f"the run's own {own} evaluation completions")
 
 
 def run_study(study, runs, placement: Placement, tracking_uri: str | None, workdir: Path, force: bool = False,

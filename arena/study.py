@@ -366,6 +366,12 @@ class Study(Section):
         mine, theirs = dataclasses.asdict(arm.train(self.train)), dataclasses.asdict(base.train(self.train))
         return changed + [f"train.{key}" for key in mine if mine[key] != theirs[key]]
 
+    @property
+    def matched_decoding(self) -> bool:
+        """Whether each trained run ends at its own best temperature too (``arena.controls.matched_decoding``): in a
+        study with the sharpening control it is compared with, on held-out prompts."""
+        return "sharpen" in self.controls and self.evaluation.split == "heldout"
+
     def pooled_draws(self) -> tuple[int, ...]:
         """The evaluation draws the verdicts pool: ``analysis.draws``, else every draw."""
         return self.analysis.draws or tuple(range(self.evaluation.draws))

@@ -168,6 +168,12 @@ def draw_artifact(draw: int) -> str:
     return f"evaluations/draws/{draw:02d}.npz"
 
 
+def matched_artifact(draw: int) -> str:
+    """Where a trained run's evaluation draw ``draw`` (0..D-1) at its own best temperature lands (start, end, hard
+    subset; ``arena.controls.matched_decoding``)."""
+    return f"evaluations/matched/{draw:02d}.npz"
+
+
 def safe_name(name: str) -> str:
     """``name`` as one path component: letters, digits, '-', '_' and '.' kept, anything else '_'."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

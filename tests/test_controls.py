@@ -8,12 +8,14 @@ from functools import cache
 import pytest
 import yaml
 
-from arena.controls import SHARPEN_GRID, best_temperature, control_specs, evaluate_control
+from arena.controls import control_specs, evaluate_control
+from arena.evaluate import SHARPEN_GRID, best_temperature
 from arena.evaluate import Evaluator
 from arena.model import load_policy
 from arena.model.sampler import SamplerConfig, generate
 from arena.study import EvaluationSpec, load_study
 from arena.tracking import Tracker
+from rewards import load_task
 from rewards.noisy_arithmetic import NoisyArithmeticTask
 
 SPEC = EvaluationSpec(prompts=16, samples=4, max_new_tokens=8, points=2)
@@ -94,3 +96,66 @@ def test_controls_choose_on_training_prompts_and_log_what_the_report_reads(tmp_p
     run = read_control(tracker, control_specs(study)[1], [0, 32])
     assert run.start_rewards.shape == run.end_rewards.shape == (16, 4) and len(run.other_draws) == 1
     assert run.other_draws[0]["start"].shape == (16, 4)
+
+
+def test_matched_decoding_applies_the_sharpen_rule_to_each_arm_and_is_zero_for_a_frozen_one(tmp_path, capsys):
+    """A study with the sharpen control ends every trained run at its own best temperature. An arm that trains
+    nothing (GRPO at lr 0) must pick sharpen's τ from the same training tails and decode sharpen's samples, so its
+    matched difference is exactly zero; a trained arm's τ is the one its checkpointed policy's training tails
+    (decoded here, independently of the runner) say, ties to the larger τ."""
+    import numpy as np
+
+    from arena.cli import main
+    from arena.evaluate import lower_cvar
+    from arena.report.comparison import matched_rows
+    from arena.report.records import read_results
+    from arena.runner import checkpoint_file, load
+    from arena.tracking import draw_artifact, evaluation_artifact, matched_artifact
+    from methods import method_class
+
+    path = tmp_path / "matched.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "matched", "evaluation": {**{k: v for k, v in dataclasses.asdict(SPEC).items() if k != "alphas"},
+                                          "draws": 2},
+        "train": {"prompts_per_step": 4}, "budget": {"unit": "samples", "amount": 32}, "seeds": [0],
+        "controls": ["frozen", "sharpen"], "reference": "still",
+        "arms": {"still": {"method": "grpo", "options": {"lr": 0.0, "group_size": 4}},
+                 "trained": {"method": "grpo", "options": {"lr": 3e-3, "group_size": 4}}}}))
+    uri, workdir = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "work"
+    assert main(["run", str(path), "--jobs", "1", "--tracking-uri", uri, "--workdir", str(workdir)]) == 0
+    printed = capsys.readouterr().out
+    study, tracker = load_study(path), Tracker(uri, "matched")
+    results = read_results(tracker, study)
+    still, trained, sharpen = results.arms["still"][0], results.arms["trained"][0], results.controls["sharpen"]
+    last = int(results.marks[-1])
+
+    def metric(run_id, key):
+        return tracker.history(run_id, key)[-1][1]
+
+    def arrays(run_id, artifact):
+        with np.load(tracker.download(run_id, artifact, str(tmp_path / "dl" / run_id))) as saved:
+            return {key: saved[key] for key in saved.files}
+
+    for tau in SHARPEN_GRID:  # the same prompts and decoding seeds as the control's: the same training tails
+        assert metric(still.run_id, f"matched/train_tail_t{tau:g}") == metric(sharpen.run_id, f"control/train_tail_t{tau:g}")
+    assert still.temperature == metric(sharpen.run_id, "control/temperature")
+    np.testing.assert_array_equal(arrays(still.run_id, matched_artifact(0))["end"],
+                                  arrays(sharpen.run_id, evaluation_artifact(last, "per_prompt_rewards.npz"))["rewards"])
+    np.testing.assert_array_equal(arrays(still.run_id, matched_artifact(1))["end"],
+                                  arrays(sharpen.run_id, draw_artifact(1))["end"])
+    rows = {row.arm: row for row in matched_rows(results)}
+    assert rows["still"].comparison.difference.value == 0.0
+    assert metric(still.run_id, "matched/eval/tail_gain") == metric(sharpen.run_id, "eval/tail_gain")
+
+    # the trained arm: its τ by the rule, from its final policy decoded here on the training split
+    policy = load_policy("tiny")
+    method = method_class("grpo")(policy, study.runs()[1].config, 0)
+    load(checkpoint_file(workdir, study.runs()[1]), method, policy.device)
+    training = Evaluator(load_task("noisy_arithmetic", None), dataclasses.replace(study.evaluation, split="train"),
+                         policy.tokenizer)
+    tails = {tau: lower_cvar(training.decode(policy, temperature=tau).per_prompt, SPEC.primary_alpha)
+             for tau in SHARPEN_GRID}
+    assert trained.temperature == max(tau for tau in SHARPEN_GRID if tails[tau] == max(tails.values()))
+    assert metric(trained.run_id, "matched/eval/tail_reward") == pytest.approx(
+        lower_cvar(arrays(trained.run_id, matched_artifact(0))["end"].mean(axis=1), SPEC.primary_alpha))
+    assert "At matched decoding" in printed and "over sharpen at τ" in printed

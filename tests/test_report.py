@@ -273,6 +273,44 @@ def test_rows_match_an_independent_computation(synthetic):
     assert "different, p" in summary and "(holm)" in summary and "tail-reward AUC" in summary
 
 
+def test_the_rank_sensitivity_is_the_median_of_pairwise_seed_differences(synthetic):
+    """summary.md's rank-based section: per arm against the reference, the Hodges-Lehmann shift recomputed here
+    from the synthetic seeds' gains, and the Mann-Whitney p of scipy; no matched table without a sharpen control."""
+    gains = final_values(synthetic.results.study, "tail_gain")
+    summary = (synthetic.directory / "summary.md").read_text()
+    section = summary.split("## Rank-based sensitivity (tail gain vs grpo)")[1].split("##")[0]
+    for arm in ("block_grpo", "es"):
+        shift = np.median(np.subtract.outer(gains[arm], gains["grpo"]))
+        p = stats.mannwhitneyu(gains[arm], gains["grpo"], alternative="two-sided").pvalue
+        line = next(line for line in section.splitlines() if line.startswith(f"| {arm} |"))
+        assert f"| {shift:+.3f}" in line and line.endswith(f"| {'< 0.001' if p < 0.001 else f'{p:.3f}'} |")
+    assert "At matched decoding" not in summary
+
+
+def test_every_mark_has_its_difference_and_verdict_and_the_curve_its_area(synthetic):
+    """summary.md's section along the budget: at each mark after the start, each arm's mean tail gain minus
+    grpo's, recomputed here from the synthetic rewards, and the AUC difference from the logged curves."""
+    study = synthetic.results.study
+    summary = (synthetic.directory / "summary.md").read_text()
+    section = summary.split("## Along the budget")[1].split("\n## ")[0]
+    assert "holm over the arm's 3 marks" in section
+    start = lower_cvar(synthetic_rewards("grpo", 0, 0).mean(axis=1), ALPHA)
+
+    def gains(arm, point):
+        return np.array([lower_cvar(synthetic_rewards(arm, seed, point).mean(axis=1), ALPHA) - start
+                         for seed in study.seeds])
+    for arm in ("block_grpo", "es"):
+        line = next(line for line in section.splitlines() if line.startswith(f"| {arm} |"))
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        for point in range(1, POINTS):
+            assert cells[point].startswith(f"{(gains(arm, point) - gains('grpo', point)).mean():+.3f} [")
+            assert cells[point].split("] ")[1] in ("different", "inconclusive", "equivalent within ±0.02")
+        curves = {a: synthetic.results.values(a, "eval/tail_reward") for a in (arm, "grpo")}
+        areas = {a: np.trapezoid(curves[a], MARKS, axis=1) / AMOUNT for a in curves}
+        assert cells[-1].startswith(f"{areas[arm].mean() - areas['grpo'].mean():+.3f} [")
+    assert "| block_grpo |" in section and "different" in section.split("| block_grpo |")[1].split("\n")[0]
+
+
 def test_curve_bands_are_t_intervals_over_seeds_at_each_mark(synthetic):
     axis = synthetic.figures["mean_reward"].axes[0]
     for arm, curve, band in zip(ARMS, curves(synthetic.results, "eval/mean_reward", "samples"), bands_of(axis)):

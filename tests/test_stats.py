@@ -184,3 +184,40 @@ def test_the_evaluation_part_rescales_with_prompts_and_samples():
     assert 0.5 < within <= 1.0  # independent decodings: mostly decoding noise
     assert stats.evaluation_var_at(1.0, 128, 8, within, 256, 8) == pytest.approx(0.5)
     assert stats.evaluation_var_at(1.0, 128, 8, within, 128, 16) == pytest.approx(1 - within / 2)
+
+
+def test_hodges_lehmann_is_the_median_shift_and_its_interval_inverts_the_mann_whitney_test():
+    """Against brute force: the shift is the median of all pairwise differences, and the interval is exactly the
+    set of shifts δ that the Mann-Whitney test (normal approximation, no continuity correction, as the interval's
+    derivation) does not reject for a − δ against b: just inside each bound p ≥ 0.05, just outside p < 0.05."""
+    from scipy.stats import mannwhitneyu
+
+    from arena.report.stats import hodges_lehmann
+
+    generator = np.random.default_rng(11)
+    for m, n in ((8, 8), (10, 15), (20, 6)):
+        a, b = generator.standard_t(3, m) + 0.2, generator.standard_t(3, n)
+        shift, p = hodges_lehmann(a, b)
+        assert shift.value == pytest.approx(np.median([x - y for x in a for y in b]))
+        assert p == pytest.approx(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+        for bound, inward in ((shift.low, 1), (shift.high, -1)):
+            inside = mannwhitneyu(a - (bound + inward * 1e-9), b, method="asymptotic", use_continuity=False).pvalue
+            outside = mannwhitneyu(a - (bound - inward * 1e-9), b, method="asymptotic", use_continuity=False).pvalue
+            assert inside >= 0.05 > outside
+
+
+def test_hodges_lehmann_interval_covers_the_shift_about_95_percent():
+    from arena.report.stats import hodges_lehmann
+
+    generator = np.random.default_rng(12)
+    covered = [(lambda iv: iv.low <= 0.3 <= iv.high)(hodges_lehmann(generator.standard_t(3, 10) + 0.3,
+                                                                        generator.standard_t(3, 12))[0])
+               for _ in range(1000)]
+    assert 0.93 <= np.mean(covered) <= 0.97  # binomial SE 0.007 at 1,000 draws
+
+
+def test_hodges_lehmann_has_no_interval_with_too_few_seeds():
+    from arena.report.stats import hodges_lehmann
+
+    shift, _ = hodges_lehmann([0.1, 0.2], [0.0, 0.05])
+    assert not shift.has_interval and shift.value == pytest.approx(np.median([0.1, 0.05, 0.2, 0.15]))

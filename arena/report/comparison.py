@@ -23,7 +23,7 @@ import numpy as np
 
 from arena.report import figures, stats, tables
 from arena.report.figures import Curve, Dot, Panel
-from arena.report.records import Results, read_results
+from arena.report.records import Results, draw_at, read_results
 
 X_LABELS = {"samples": "samples generated", "tokens": "completion tokens generated",  # one per arena.budget.UNITS
             "forward_tokens": "forward tokens (generation and scoring)",
@@ -89,19 +89,82 @@ def difference(results: Results, arm: str, other: str, name: str = "tail") -> st
                                      arm in results.controls, other in results.controls)
 
 
-def comparisons(results: Results) -> dict[str, tables.Comparison]:
-    """Each trained arm's tail gain against the reference's: the difference, its p value and TOST p value, each
-    adjusted over the arms compared (the study's correction), and the verdict at the study's margin."""
-    study, analysis = results.study, results.study.analysis
-    reference = study.reference
-    others = [arm for arm in results.arms if arm != reference] if reference in results.arms else []
-    found = {arm: difference(results, arm, reference) for arm in others}
-    p = [stats.p_value(found[arm]) for arm in others]
-    tost = [stats.tost_p(found[arm], analysis.margin) if analysis.margin else math.nan for arm in others]
+def judge(found: dict[str, stats.Interval], analysis) -> dict[str, tables.Comparison]:
+    """One family of verdicts: each difference's p value and TOST p value, adjusted over the family (the study's
+    correction), and the verdict at the study's margin."""
+    arms = list(found)
+    p = [stats.p_value(found[arm]) for arm in arms]
+    tost = [stats.tost_p(found[arm], analysis.margin) if analysis.margin else math.nan for arm in arms]
     p_adjusted, tost_adjusted = stats.adjust(p, analysis.correction), stats.adjust(tost, analysis.correction)
     return {arm: tables.Comparison(found[arm], p[i], float(p_adjusted[i]), tost[i], float(tost_adjusted[i]),
                                    stats.verdict(p_adjusted[i], tost_adjusted[i], analysis.level, analysis.margin))
-            for i, arm in enumerate(others)}
+            for i, arm in enumerate(arms)}
+
+
+def comparisons(results: Results) -> dict[str, tables.Comparison]:
+    """Each trained arm's tail gain against the reference's, judged as one family (``judge``)."""
+    reference = results.study.reference
+    others = [arm for arm in results.arms if arm != reference] if reference in results.arms else []
+    return judge({arm: difference(results, arm, reference) for arm in others}, results.study.analysis)
+
+
+def rank_rows(results: Results, compared: dict[str, tables.Comparison]) -> list[tables.RankRow]:
+    """The rank-based sensitivity of each difference from the reference (``stats.hodges_lehmann`` over the seeds'
+    pooled tail gains), beside the difference of means it accompanies; none where either arm has one seed."""
+    reference, tail = results.study.reference, statistics(results.study)["tail"]
+    if not compared:
+        return []
+    theirs = stats.seed_gains(results.pooled(reference), tail).mean(axis=1)
+    out = []
+    for arm, comparison in compared.items():
+        mine = stats.seed_gains(results.pooled(arm), tail).mean(axis=1)
+        if min(len(mine), len(theirs)) > 1:
+            out.append(tables.RankRow(arm, comparison.difference, *stats.hodges_lehmann(mine, theirs)))
+    return out
+
+
+def mark_rows(results: Results, tracker) -> list[tables.MarkRow]:
+    """Each trained arm against the reference along the budget: at every evaluation mark after the start, the
+    tail-gain difference on draw 0 (the draw every mark decodes) with its interval over seeds and that draw's
+    prompts, judged with the p values adjusted over the arm's marks (one family per arm); and the whole curve in
+    one number, the difference of the tail-reward AUCs (the curve averaged over the budget) with Welch's t interval
+    over seeds, given the draw. Empty without a reference run or with one mark after the start."""
+    study, tail = results.study, statistics(results.study)["tail"]
+    reference = study.reference
+    if reference not in results.arms or len(results.marks) < 2:
+        return []
+
+    def areas(arm):
+        return stats.area_under_curve(results.marks, results.values(arm, "eval/tail_reward"))
+
+    theirs = {mark: draw_at(tracker, results, reference, mark) for mark in results.marks[1:]}
+    out = []
+    for arm in results.arms:
+        if arm == reference:
+            continue
+        found = {f"{mark:g}": stats.difference_interval([draw_at(tracker, results, arm, mark)], [theirs[mark]], tail)
+                 for mark in results.marks[1:]}
+        out.append(tables.MarkRow(arm, list(judge(found, study.analysis).values()),
+                                  stats.welch_interval(areas(arm), areas(reference))))
+    return out
+
+
+def matched_rows(results: Results) -> list[tables.MatchedRow]:
+    """Each trained arm at its own best temperature (``arena.controls.matched_decoding``) against the sharpening
+    control, the start model at *its* best temperature by the same rule: the tail gain at τ and its difference
+    from sharpen's, judged as one family over the arms that have it; the same difference at the study's
+    temperature beside it. Empty without a finished sharpen control; an arm whose runs predate matched decoding
+    has a row without numbers."""
+    if "sharpen" not in results.controls:
+        return []
+    tail, sharpen = statistics(results.study)["tail"], results.pooled("sharpen")
+    matched = [arm for arm in results.arms if results.has_matched(arm)]
+    compared = judge({arm: stats.difference_interval(results.matched_pooled(arm), sharpen, tail, b_control=True)
+                      for arm in matched}, results.study.analysis)
+    return [tables.MatchedRow(arm, len(runs), [run.temperature for run in runs if run.temperature is not None],
+                              stats.gain_interval(results.matched_pooled(arm), tail) if arm in compared else None,
+                              difference(results, arm, "sharpen"), compared.get(arm))
+            for arm, runs in results.arms.items()]
 
 
 def row(results: Results, arm: str, compared: dict[str, tables.Comparison]) -> tables.Row:
@@ -261,7 +324,10 @@ def write_study_report(study, tracker, directory: Path, x: str | None = None, lo
         report.figures["tail_profile"] = profile_figure(results, colors)
         for name, figure in report.figures.items():
             report.paths += figures.save_figure(figure, directory, name)
-    for name, text in (("summary.md", tables.markdown(table, setup(results), draw_rows(results, table))),
+    ranks = rank_rows(results, {r.arm: r.comparison for r in table if r.comparison is not None})
+    for name, text in (("summary.md", tables.markdown(table, setup(results), draw_rows(results, table),
+                                                       matched_rows(results), ranks, mark_rows(results, tracker),
+                                                       list(results.marks[1:]))),
                        ("table.tex", tables.latex(table, setup(results)))):
         (directory / name).write_text(text)
         report.paths.append(directory / name)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arena.budget import UNITS, evaluation_points
-from arena.tracking import draw_artifact, evaluation_artifact, flat_params
+from arena.tracking import draw_artifact, evaluation_artifact, flat_params, matched_artifact
 
 CURVE_KEYS = ("eval/tail_reward", "eval/tail_gain", "eval/mean_reward", *(f"budget/{unit}" for unit in UNITS))
 LEVEL_KEY = re.compile(r"eval/level(\d+)_mean_reward")
@@ -47,6 +47,8 @@ class SeedRun:
     end_rewards: np.ndarray | None = None  # the same at the last mark
     hard: np.ndarray | None = None  # (prompts,) the hard subset of draw 0
     other_draws: list = field(default_factory=list)  # draws 1..D-1: {"start", "end", "hard"} arrays
+    matched: list = field(default_factory=list)  # draws 0..D-1 at the run's own best temperature, likewise
+    temperature: float | None = None  # τ that matched decoding chose (None: the run has none)
 
     @property
     def start(self) -> np.ndarray:
@@ -83,15 +85,30 @@ class Results:
         runs = [self.controls[arm]] if arm in self.controls else self.arms[arm]
         count = 1 + min(len(run.other_draws) for run in runs)
         out = [Draw(np.stack([run.start for run in runs]), np.stack([run.end for run in runs]), runs[0].hard)]
-        for d in range(count - 1):
-            out.append(Draw(np.stack([run.other_draws[d]["start"].mean(axis=1) for run in runs]),
-                            np.stack([run.other_draws[d]["end"].mean(axis=1) for run in runs]),
-                            runs[0].other_draws[d]["hard"]))
+        out += [_draw([run.other_draws[d] for run in runs]) for d in range(count - 1)]
         return out if which is None else [out[d] for d in which]
 
     def pooled(self, arm: str) -> list:
         """The draws the study's verdicts pool (``Study.pooled_draws``)."""
         return self.draws(arm, self.study.pooled_draws())
+
+    def has_matched(self, arm: str) -> bool:
+        """Whether every finished seed of trained ``arm`` was also evaluated at its own best temperature."""
+        return arm in self.arms and all(run.matched for run in self.arms[arm])
+
+    def matched_pooled(self, arm: str) -> list:
+        """The pooled draws of trained ``arm`` at each seed's own best temperature (``has_matched``): the start at
+        the study's temperature, the end at the run's τ."""
+        runs = self.arms[arm]
+        return [_draw([run.matched[d] for run in runs]) for d in self.study.pooled_draws()]
+
+
+def _draw(saved: list[dict]):
+    """A ``stats.Draw`` from each seed's saved {"start", "end", "hard"} (rewards per sample)."""
+    from arena.report.stats import Draw
+
+    return Draw(np.stack([s["start"].mean(axis=1) for s in saved]), np.stack([s["end"].mean(axis=1) for s in saved]),
+                saved[0]["hard"])
 
 
 def marks_of(study) -> list[int]:
@@ -171,8 +188,11 @@ def read_seed_run(tracker, arm: str, seed: int, run_id: str, marks: list[int], d
     start = _arrays(tracker, run_id, evaluation_artifact(marks[0], "per_prompt_rewards.npz"))
     end = _arrays(tracker, run_id, evaluation_artifact(marks[-1], "per_prompt_rewards.npz"))
     other = [_arrays(tracker, run_id, draw_artifact(d)) for d in range(1, draws)]
+    chosen = tracker.history(run_id, "matched/temperature")  # none: a control, or a run without matched decoding
+    matched = [_arrays(tracker, run_id, matched_artifact(d)) for d in range(draws)] if chosen else []
     return SeedRun(arm, seed, run_id, {key: _curve(tracker, run_id, key, marks) for key in keys},
-                   start["rewards"], end["rewards"], start.get("hard"), other)
+                   start["rewards"], end["rewards"], start.get("hard"), other, matched,
+                   chosen[-1][1] if chosen else None)
 
 
 def draw_at(tracker, results: Results, arm: str, mark: float):

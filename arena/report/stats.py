@@ -93,6 +93,13 @@ def t_interval(values) -> Interval:
     return combine(float(values.mean()), [(float(values.var(ddof=1)) / n if n > 1 else math.nan, n)])
 
 
+def welch_interval(a, b) -> Interval:
+    """mean(a) − mean(b) for two independent sets of seeds, with Welch's t interval (no interval with one seed)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    parts = [(float(x.var(ddof=1)) / len(x) if len(x) > 1 else math.nan, len(x)) for x in (a, b)]
+    return combine(float(a.mean() - b.mean()), parts)
+
+
 def curve_band(curves) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Mean curve over seeds (rows of ``curves``) and its pointwise Student-t 95% band (seeds only); no band with
     one seed."""
@@ -194,6 +201,26 @@ def between_draw_sd(draws: list[Draw], statistic: Statistic) -> float:
     evaluation part predicts per draw, sqrt(D) · evaluation SE."""
     per_draw = seed_gains(draws, statistic).mean(axis=0)
     return float(per_draw.std(ddof=1)) if len(per_draw) > 1 else math.nan
+
+
+def hodges_lehmann(a, b, level: float = LEVEL) -> tuple[Interval, float]:
+    """The rank-based sensitivity of a difference of two arms' per-seed gains ``a`` and ``b`` (each seed's mean
+    over the pooled draws): the Hodges-Lehmann shift, the median of the m·n pairwise differences a_i − b_j, with
+    the distribution-free interval that inverts the Mann-Whitney test, [D_(k), D_(mn+1−k)] over the sorted
+    differences, k = ⌈mn/2 − z·√(mn(m+n+1)/12)⌉: the shifts δ whose U = #{D > δ} the normal approximation to U's
+    null distribution accepts (Hollander & Wolfe §4.3), and the two-sided Mann-Whitney p. Over seeds only, given the evaluation draws: a sensitivity to
+    long-tailed seed distributions, not a second verdict. No interval when k < 1 (too few seeds)."""
+    from scipy import stats as scipy_stats
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    m, n = len(a), len(b)
+    differences = np.sort((a[:, None] - b[None, :]).ravel())
+    shift = float(np.median(differences))
+    k = math.ceil(m * n / 2 - quantile(math.inf, level) * math.sqrt(m * n * (m + n + 1) / 12))
+    p = float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue) if m and n else math.nan
+    if k < 1:
+        return Interval(shift, seeds=min(m, n)), p
+    return Interval(shift, float(differences[k - 1]), float(differences[m * n - k]), seeds=min(m, n)), p
 
 
 # ---------------------------------------------------------------------------------------------

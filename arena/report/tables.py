@@ -54,6 +54,37 @@ class DrawRow:
 
 
 @dataclass
+class MatchedRow:
+    """A trained arm at its own best temperature against the sharpening control (``comparison.matched_rows``)."""
+
+    arm: str
+    seeds: int
+    temperatures: list[float]  # τ each seed chose (x the study's temperature is the one decoded at)
+    tail_gain: Interval | None  # at τ (None: the arm's runs predate matched decoding)
+    at_study: Interval  # the arm's tail gain at the study's temperature minus sharpen's, for the side-by-side
+    comparison: Comparison | None  # tail gain at τ minus sharpen's, judged over the arms that have one
+
+
+@dataclass
+class RankRow:
+    """An arm's difference from the reference beside its rank-based sensitivity (``stats.hodges_lehmann``)."""
+
+    arm: str
+    difference: Interval  # of means, over seeds and evaluation draws: the one the verdict reads
+    shift: Interval  # Hodges-Lehmann shift of the seeds' gains, with its Mann-Whitney interval (seeds only)
+    p: float  # two-sided Mann-Whitney p, unadjusted
+
+
+@dataclass
+class MarkRow:
+    """An arm against the reference at every evaluation mark after the start (``comparison.mark_rows``)."""
+
+    arm: str
+    marks: list[Comparison]  # the difference at each mark on draw 0, p values adjusted over the arm's marks
+    area: Interval  # tail-reward AUC minus the reference's: the whole curve, t over seeds given the draw
+
+
+@dataclass
 class Setup:
     study: str
     reference: str
@@ -189,7 +220,9 @@ Columns (docs/reporting.md derives each):
   Satterthwaite's degrees of freedom on a variance that adds the seeds' part (s² / S) and the evaluation's part (a
   bootstrap over whole prompts, the same prompts for every run). A control has no seed part.
 - **over sharpen**: tail gain minus the sharpening control's (the start model decoded at its best temperature,
-  chosen on training prompts), same interval definition: what training adds over sharpening;
+  chosen on training prompts), same interval definition, with the arm decoded at the study's temperature: a
+  policy at T against one at its best τ. The matched comparison (the arm at *its* best τ, chosen by the same
+  rule) is in its own table, "at matched decoding";
 - **SE: seeds / evaluation**: the two parts of the tail gain's standard error;
 - **seed SD / between-draw SD**: the tail gain's SD over seeds, and its SD over the evaluation draws measured
   directly (n/a with one draw; the evaluation SE above predicts it as that SD / sqrt(draws));
@@ -222,25 +255,105 @@ def draw_table(rows: list[DrawRow], setup: Setup) -> list[str]:
     return lines
 
 
-def markdown(rows: list[Row], setup: Setup, draws: list[DrawRow] = ()) -> str:
-    """summary.md: what was compared (facts, no prose), the table, each evaluation draw alone (with two or more),
-    and what each column means."""
+MATCHED_HEADERS = ["arm", "seeds", "τ chosen", "tail gain at τ", "over sharpen at τ", "verdict at τ",
+                   "over sharpen at study T"]
+MATCHED_TITLE = "At matched decoding: each trained arm at its own best temperature, chosen as sharpen's"
+MATCHED_NOTE = ("τ: the temperature factor each seed chose on training prompts by the sharpening control's rule "
+                "(grid, prompts, decoding seeds, tie-break); 'over sharpen at τ' compares the arm at its τ with the "
+                "start model at its own, {family}; 'at study T' is the main table's column, beside it")
+
+
+def matched_cells(row: MatchedRow, correction: str) -> list[str]:
+    taus = sorted(set(row.temperatures))
+    chosen = ", ".join(f"{t:g}" for t in taus) if taus else "-"
+    if row.comparison is None:
+        why = "n/a (runs predate matched decoding)"
+        return [row.arm, str(row.seeds), chosen, why, why, "-", estimate_cell(row.at_study)]
+    c = row.comparison
+    verdict = (f"{c.verdict}, {_p(c.p_adjusted)}" + ("" if correction == "none" else f" ({correction})")
+               if math.isfinite(c.p_adjusted) else _why(row.seeds) if row.seeds < 2 else "n/a (no spread)")
+    return [row.arm, str(row.seeds), chosen, estimate_cell(row.tail_gain), estimate_cell(c.difference), verdict,
+            estimate_cell(row.at_study)]
+
+
+def matched_family(correction: str) -> str:
+    return ("untested" if correction == "none"
+            else f"{correction} over the arms compared with sharpen at matched decoding")
+
+
+def matched_table(rows: list[MatchedRow], setup: Setup) -> list[str]:
+    """Markdown lines of the matched-decoding comparison (none without a sharpen control)."""
+    if not rows:
+        return []
+    return ["", f"## {MATCHED_TITLE} (tail gain, α={setup.alpha:g})", "",
+            MATCHED_NOTE.format(family=f"verdicts {matched_family(setup.correction)}") + ".", "",
+            "| " + " | ".join(MATCHED_HEADERS) + " |", "|---|" + "---:|" * (len(MATCHED_HEADERS) - 1),
+            *("| " + " | ".join(matched_cells(row, setup.correction)) + " |" for row in rows)]
+
+
+def rank_table(rows: list[RankRow], setup: Setup) -> list[str]:
+    """Markdown lines: each difference from the reference beside its Hodges-Lehmann shift (none without one)."""
+    if not rows:
+        return []
+    return ["", f"## Rank-based sensitivity (tail gain vs {setup.reference})", "",
+            "A sensitivity analysis, not a second verdict: the Hodges-Lehmann shift (the median of every pairwise "
+            "difference of the two arms' seed gains, each seed's gain its mean over the pooled draws) with the "
+            "interval that inverts the Mann-Whitney test, over seeds only (given the evaluation draws), and the "
+            "unadjusted Mann-Whitney p. Where it and the difference of means part, the seeds' distribution has long "
+            "tails.", "",
+            "| arm | difference of means (the verdict's) | Hodges-Lehmann shift | Mann-Whitney p |", "|---|---:|---:|---:|",
+            *(f"| {row.arm} | {estimate_cell(row.difference)} | "
+              f"{estimate_cell(row.shift)} | {_p(row.p).removeprefix('p = ')} |" for row in rows)]
+
+
+def mark_table(rows: list[MarkRow], setup: Setup, marks: list[float]) -> list[str]:
+    """Markdown lines: each arm minus the reference at every mark, with its verdict, and the AUC difference."""
+    if not rows:
+        return []
+    unit = setup.unit.replace("_", " ")
+    family = "untested" if setup.correction == "none" else f"{setup.correction} over the arm's {len(marks)} marks"
+    head = ["arm", *(f"at {mark:g}" for mark in marks), "tail-reward AUC minus the reference's"]
+    return ["", f"## Along the budget: tail gain minus {setup.reference}'s at every mark ({unit})", "",
+            f"Each mark on draw 0 (the draw every mark decodes): the difference, its interval over seeds and that "
+            f"draw's prompts, and its verdict ({family}; margin as above). The last column is the whole curve in "
+            f"one number: the difference of the tail reward averaged over the budget, {SEEDS_ONLY}. The order of "
+            f"two arms crosses where the sign of the verdicts changes.", "",
+            "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1),
+            *("| " + " | ".join([row.arm, *(f"{estimate_cell(c.difference)} {c.verdict}" for c in row.marks),
+                                 estimate_cell(row.area)]) + " |" for row in rows)]
+
+
+def markdown(rows: list[Row], setup: Setup, draws: list[DrawRow] = (), matched: list[MatchedRow] = (),
+             ranks: list[RankRow] = (), marks: list[MarkRow] = (), mark_values: list[float] = ()) -> str:
+    """summary.md: what was compared (facts, no prose), the table, the arms at matched decoding (with a sharpen
+    control), the rank-based sensitivity of each difference, the difference at every mark, each evaluation draw
+    alone (with two or more), and what each column means."""
     head = headers(setup)
     lines = [f"# {setup.study}: arms at equal budget", "", *setup_lines(setup), "",
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     lines += ["| " + " | ".join(cells(row, setup)) + " |" for row in rows]
-    return "\n".join(lines + draw_table(list(draws), setup) + ["", COLUMNS]) + "\n"
+    return "\n".join(lines + matched_table(list(matched), setup) + rank_table(list(ranks), setup)
+                     + mark_table(list(marks), setup, list(mark_values)) + draw_table(list(draws), setup)
+                     + ["", COLUMNS]) + "\n"
 
 
-def text(rows: list[Row], setup: Setup) -> str:
-    """The summary ``arena run`` prints: the same cells as summary.md, the columns a terminal has room for."""
+def aligned(head: list[str], body: list[list[str]]) -> list[str]:
+    """Terminal lines: the first column left-aligned, the others right-aligned, two spaces apart."""
+    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
+    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+            for line in [head, *body]]
+
+
+def text(rows: list[Row], setup: Setup, matched: list[MatchedRow] = ()) -> str:
+    """The summary ``arena run`` prints: the same cells as summary.md, the columns a terminal has room for; then
+    the arms at matched decoding, when the study has the sharpen control."""
     keep = [0, 1, 2, 3, 4, 9, 13]
-    head = [headers(setup)[i] for i in keep]
-    body = [[cells(row, setup)[i] for i in keep] for row in rows]
-    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(keep))]
-    out = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
-           for line in [head, *body]]
-    return "\n".join(out + ["", f"intervals: {SEEDS_AND_EVALUATION} (docs/reporting.md); " + setup_lines(setup)[2][2:]])
+    out = aligned([headers(setup)[i] for i in keep], [[cells(row, setup)[i] for i in keep] for row in rows])
+    if matched:
+        out += ["", MATCHED_TITLE + ":",
+                *aligned(MATCHED_HEADERS[:6], [matched_cells(row, setup.correction)[:6] for row in matched])]
+    return "\n".join(out + ["", f"intervals: {SEEDS_AND_EVALUATION} (docs/reporting.md); " + setup_lines(setup)[2][2:]]
+                     + ([f"at matched decoding: {matched_family(setup.correction)}"] if matched else []))
 
 
 def arm_width(names) -> int:

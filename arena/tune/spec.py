@@ -127,9 +127,10 @@ class Tune:
         return list(self.space)
 
     def study_for(self, arm: str, options: dict) -> Study:
-        """The one-arm study a trial runs: the arm with ``options`` on the tune's settings."""
+        """The one-arm study a trial runs: the arm with ``options`` on the tune's settings, without controls (a
+        trial is scored at the study's temperature, and matched decoding would only add to its cost)."""
         spec = dataclasses.replace(self.base.arms[arm], options=dict(options), confounded_because=None, seeds=None)
-        return dataclasses.replace(self.settings, arms={arm: spec}, reference=arm)
+        return dataclasses.replace(self.settings, arms={arm: spec}, reference=arm, controls=())
 
     def identity(self) -> str:
         """What makes two trials of an arm comparable: the settings, the objective, the arms and their spaces.
