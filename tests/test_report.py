@@ -466,3 +466,28 @@ def test_the_es_scaling_pair_decodes_one_draw_so_reach_compares_them():
     assert es.evaluation.points != grpo.evaluation.points and same_draw(es, grpo)
     moved = dataclasses.replace(grpo, evaluation=dataclasses.replace(grpo.evaluation, seed=grpo.evaluation.seed + 1))
     assert not same_draw(es, moved)
+
+
+def test_the_setup_states_each_draws_levels_and_the_prompts_draws_share():
+    """The short confirmation's draws, rebuilt from the task's own keyed examples here: the 18 held-out level-1
+    prompts are 14% of the 128-prompt draw 0 and 1.8% of each 1,024-prompt draw, and draws 1 and 2 share the
+    prompts their item sets have in common (a pool of 1,648 makes 'fresh' draws overlap)."""
+    from arena.report.comparison import draw_composition
+    from arena.rng import EvaluationKey, seed_of
+    from rewards import load_task
+
+    study = load_study("studies/confirm/es_vs_blockgrpo.yaml")
+    task = load_task("noisy_arithmetic", (1, 2))
+    spec = study.evaluation
+    sizes = {0: spec.prompts, 1: spec.draw_prompts, 2: spec.draw_prompts}
+    seeds = {0: spec.seed, **{d: seed_of(spec.seed, EvaluationKey.DRAW_PROMPTS, d) for d in (1, 2)}}
+    items = {d: task.examples("heldout", n=sizes[d], seed=seeds[d], distinct=True) for d in sizes}
+    prompts = {d: {task.prompt(e) for e in items[d]} for d in items}
+    composition, shared = draw_composition(study)
+    for d in items:
+        ones = sum(e["difficulty"] == 1 for e in items[d])
+        assert f"draw {d}: {sizes[d]} prompts (level 1: {ones} ({ones / sizes[d]:.1%})" in composition
+    assert ones == 18 and "level 1: 18 (14.1%)" in composition
+    for a, b in ((0, 1), (0, 2), (1, 2)):
+        assert f"draws {a} and {b} share {len(prompts[a] & prompts[b])}" in shared
+    assert len(prompts[1] & prompts[2]) > 500  # the overlap the docs state

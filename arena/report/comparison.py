@@ -221,7 +221,32 @@ def setup(results: Results) -> tables.Setup:
                                                               default=1),
                         study.analysis.margin, study.analysis.correction, study.analysis.level,
                         *tail_cover(results), (extra.prompts, extra.samples),
-                        study.pooled_draws())
+                        study.pooled_draws(), draw_composition(study))
+
+
+def draw_composition(study) -> list[str]:
+    """What the study's evaluation draws hold, rebuilt from the study alone (the prompts are keyed, no run needed):
+    each draw's prompts by difficulty level, and how many prompts each pair of draws shares (a "fresh" draw of a
+    small pool repeats many of another's prompts; only its decoding seeds are fresh). Empty when the task's items
+    cannot be had here (a hub dataset offline)."""
+    from arena.evaluate import Evaluator
+    from rewards import load_task
+
+    try:
+        task = load_task(study.task.name, study.task.levels)
+        draws = [Evaluator(task, study.evaluation, None, study.task.source, draw=d)
+                 for d in range(study.evaluation.draws)]
+    except (ValueError, OSError, ImportError):
+        return []
+    parts = []
+    for evaluator in draws:
+        levels = [level for level in evaluator.levels if level is not None]
+        shares = ", ".join(f"level {level}: {levels.count(level)} ({levels.count(level) / len(evaluator.levels):.1%})"
+                           for level in sorted(set(levels)))
+        parts.append(f"draw {evaluator.draw}: {len(evaluator.texts)} prompts" + (f" ({shares})" if shares else ""))
+    shared = [f"draws {a.draw} and {b.draw} share {len(set(a.texts) & set(b.texts))}"
+              for i, a in enumerate(draws) for b in draws[i + 1:]]
+    return ["; ".join(parts)] + (["prompts in common: " + "; ".join(shared)] if shared else [])
 
 
 def tail_cover(results: Results) -> tuple[int, int]:

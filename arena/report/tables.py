@@ -104,6 +104,7 @@ class Setup:
     tail_union: int = 0  # distinct prompts in the union of every run's tail
     draw_size: tuple[int, int] | None = None  # (prompts, samples) of draws 1..draws-1 (None: as draw 0)
     pooled: tuple[int, ...] = ()  # the draws the verdicts pool (Study.pooled_draws)
+    composition: list[str] = ()  # the draws' prompts by level and in common (comparison.draw_composition)
 
     def sized(self, draw: int) -> tuple[int, int]:
         return (self.prompts, self.samples) if draw == 0 or self.draw_size is None else self.draw_size
@@ -192,6 +193,7 @@ def setup_lines(setup: Setup) -> list[str]:
              f"evaluation: {setup.evaluation_text()}",
              f"- verdicts: {margin}; tests at level {setup.level:g}, {setup.correction} over the "
              "arms compared with the reference"]
+    lines += [f"- evaluation draws: {line}" for line in setup.composition]
     if setup.tail_prompts:
         lines.append(f"- the tail is each run's worst {setup.tail_prompts} prompts; over all runs the tails cover "
                      f"{setup.tail_union} distinct prompts")
