@@ -22,11 +22,13 @@ other evaluation draws as a trained run has them; a finished control is skipped 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 from arena.budget import UNITS, evaluation_points
 from arena.evaluate import SHARPEN_GRID, Evaluator, choose_temperature
+from arena.progress import announce
 from arena.study import digest, plain
 from arena.tracking import evaluation_artifact
 from rewards import load_task
@@ -77,11 +79,14 @@ def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workd
     action, run_id = decide(tracker, tags, Path(workdir) / control.study / "no-checkpoint", force)
     if action == "skip":
         return Outcome(control.arm, 0, run_id, "skipped")
+    say = functools.partial(announce, f"control {control.arm}")
+    say("evaluating the start model" + (f" at {len(SHARPEN_GRID)} temperatures on training prompts, then at the "
+                                        "best one on every draw" if control.arm == "sharpen" else " on every draw"))
     policy = load_policy(control.model, device=device)
     task = load_task(control.task.name, control.task.levels)
     spec = control.evaluation
     evaluator = Evaluator(task, spec, policy.tokenizer, control.task.source)
-    start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, control))
+    start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, control), say)
     marks = evaluation_points(control.budget.amount, spec.points)
     first, last = int(round(marks[0])), int(round(marks[-1]))
     run_id = tracker.start_run(f"{control.arm} (control)", parent_id,
@@ -100,7 +105,7 @@ def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workd
         tracker.log_npz(run_id, {"rewards": end.rewards, "hard": hard}, evaluation_artifact(last, "per_prompt_rewards.npz"))
         tracker.log_table(run_id, end.completions, evaluation_artifact(last, "completions.json"))
         extra = Evaluator.final_draws(task, spec, policy.tokenizer, control.task.source)
-        starts = draw_starts(extra, policy, workdir, control)
+        starts = draw_starts(extra, policy, workdir, control, say)
         rows += other_draws(extra, starts, policy, last, tracker, run_id, temperature, control.arm == "frozen")
         tracker.log_rows(run_id, rows)
     except BaseException as error:

@@ -21,6 +21,7 @@ tracker that does nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -34,7 +35,7 @@ import torch
 
 from arena.budget import Consumption, Meter, evaluation_points
 from arena.evaluate import DRAW_METRICS, Evaluation, Evaluator, RewardError, checked_reward, choose_temperature
-from arena.progress import Progress
+from arena.progress import Progress, announce
 from arena.rng import RunKey, seed_of
 from arena.study import digest
 from arena.tracking import draw_artifact, evaluation_artifact, matched_artifact
@@ -177,12 +178,17 @@ def start_caches(workdir: Path, run) -> list[Path]:
     return [start_cache(workdir, run, draw) for draw in range(run.evaluation.draws)]
 
 
-def starting_evaluation(evaluator: Evaluator, policy, cache: Path) -> tuple[Evaluation, np.ndarray]:
-    """The evaluation at budget 0 and the hard subset, shared by every run that starts from this model."""
+def starting_evaluation(evaluator: Evaluator, policy, cache: Path, say=None) -> tuple[Evaluation, np.ndarray]:
+    """The evaluation at budget 0 and the hard subset, shared by every run that starts from this model; ``say``,
+    if given, is told when it has to be decoded (minutes at scale, before any bar moves)."""
     if shared(cache.exists()):  # rank 0 looks, so that all ranks decode or none does
         saved = np.load(cache, allow_pickle=False)
         completions = json.loads(str(saved["completions"]))
         return Evaluation(saved["rewards"], completions), saved["hard"]
+    if say is not None:
+        spec = evaluator.spec
+        say(f"decoding the start model on evaluation draw {evaluator.draw} ({spec.prompts} prompts x {spec.samples} "
+            f"samples, and again to pick the hard prompts), once for every run of the study")
     with fsdp.gathered(policy.model):  # every rank decodes, as at every evaluation point (``decode``)
         start, hard = evaluator.decode(policy), evaluator.hard_subset(policy)
     if world()[0] == 0:
@@ -193,11 +199,12 @@ def starting_evaluation(evaluator: Evaluator, policy, cache: Path) -> tuple[Eval
     return start, hard
 
 
-def draw_starts(evaluators: list[Evaluator], policy, workdir: Path, run) -> list[tuple[Evaluation, np.ndarray]]:
+def draw_starts(evaluators: list[Evaluator], policy, workdir: Path, run, say=None) -> list[tuple[Evaluation, np.ndarray]]:
     """The start and hard subset of evaluation draws 1..D-1, decoded (or read from the study's cache) while
     ``policy`` is still the start policy: at the beginning of a run, before any step or resume. A start
     computed at a run's end would be that run's trained policy, cached for every other run of the study."""
-    return [starting_evaluation(evaluator, policy, start_cache(workdir, run, evaluator.draw)) for evaluator in evaluators]
+    return [starting_evaluation(evaluator, policy, start_cache(workdir, run, evaluator.draw), say)
+            for evaluator in evaluators]
 
 
 def other_draws(evaluators: list[Evaluator], starts: list[tuple[Evaluation, np.ndarray]], policy, mark: int, tracker,
@@ -322,9 +329,10 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     initial = own_shards(policy.model, initial)  # FSDP: each rank compares its own shards
     sharded = fsdp.is_sharded(policy.model)
     evaluator = Evaluator(task, run.evaluation, policy.tokenizer, run.task.source)
-    start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, run))
+    say = functools.partial(announce, f"{run.arm} seed {run.seed}", enabled=progress)
+    start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, run), say)
     extra = Evaluator.final_draws(task, run.evaluation, policy.tokenizer, run.task.source)
-    extra_starts = draw_starts(extra, policy, workdir, run)  # before any step, and before a resume loads weights
+    extra_starts = draw_starts(extra, policy, workdir, run, say)  # before any step, and before a resume loads weights
 
     if action == "resume":
         tracker.reopen(run_id)

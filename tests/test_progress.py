@@ -35,6 +35,9 @@ def test_arena_run_through_a_pipe_prints_a_start_a_line_per_evaluation_and_an_en
         assert not any(code in stream for code in ESCAPES), stream[-2000:]
     for seed in (0, 1):
         lines = [line for line in done.stdout.splitlines() if line.startswith(f"block_grpo seed {seed}: ")]
+        if seed == 0:  # the first run decodes the shared start, and says so before any bar moves
+            assert lines.pop(0) == ("block_grpo seed 0: decoding the start model on evaluation draw 0 (8 prompts x 2 "
+                                    "samples, and again to pick the hard prompts), once for every run of the study")
         assert lines[0] == f"block_grpo seed {seed}: start at 0/16 samples"
         for line, mark in zip(lines[1:4], (0, 8, 16)):
             assert re.fullmatch(rf"block_grpo seed {seed}: evaluated at {mark}/16 samples, \d+ s, tail \d\.\d{{3}}",
@@ -53,12 +56,13 @@ def test_in_a_terminal_the_bar_is_redrawn_and_no_plain_line_is_printed(monkeypat
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setattr(sys, "stderr", err)
     bar = Progress("es seed 0", 10, "samples")
-    bar.update(5, tail="0.250")
+    bar.update(5.0, tail="0.250")  # the meter counts in floats
     bar.line("evaluated at 5/10 samples")
-    bar.update(10)
+    bar.update(10.0)
     bar.close("finished")
     assert out.getvalue() == ""
     assert "\r" in err.getvalue() and "es seed 0" in err.getvalue() and "100%" in err.getvalue()
+    assert "10/10" in err.getvalue() and ".0/10" not in err.getvalue()
 
 
 def test_a_resumed_or_disabled_progress_says_so_or_nothing(capsys):
