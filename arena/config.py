@@ -124,6 +124,9 @@ def _fits(value, hint) -> bool:
 
 
 CONVERT, REQUIRED = "convert", "required"  # field metadata that ``build`` reads (see there)
+# field metadata of an option added after runs that must keep their hashes: ``arena.study.plain`` (hence every
+# config hash) leaves the field out while it is None
+IDENTITY_WHEN_SET = "identity when set"
 
 
 def build(cls, options: dict | None, where: str = "", fixed: dict | None = None, nulls_are_defaults: bool = False):

@@ -80,13 +80,12 @@ from typing import Literal
 import yaml
 
 from arena.budget import MAX_MARK, UNITS
-from arena.config import (CONVERT, REQUIRED, Checked, ConfigError, Located, Problem, StudyError, build, located,
-                          read_yaml, unknown_key)
+from arena.config import (CONVERT, IDENTITY_WHEN_SET, REQUIRED, Checked, ConfigError, Located, Problem, StudyError,
+                          build, located, read_yaml, unknown_key)
 from arena.profiles import apply_profile
 from methods import MethodConfig, method_class, method_family
 from rewards import load_task
 
-IDENTITY_WHEN_SET = "identity when set"  # field metadata: ``plain`` (hence every hash) leaves the field out while None
 
 NAME = re.compile(r"[A-Za-z0-9_.-]+")
 DEFAULT_TASK = {"name": "noisy_arithmetic", "levels": [1, 2]}

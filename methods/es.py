@@ -14,6 +14,10 @@ population of n is
     θ ← θ + (α/n) Σ_j c_j ε_j - αλθ         alpha_absorbs_sigma (default; Qiu et al.)
     θ ← θ + (α/(nσ)) Σ_j c_j ε_j - αλθ      otherwise (Salimans et al., evosax)
 
+with α constant, or α/√(t+1) at step t (``alpha_schedule: inverse_sqrt``, the classic Robbins-Monro decay):
+a run whose budget is several times the one its α was tuned at then takes the tuned steps early and smaller
+ones late, where a constant α keeps adding noise of the same size.
+
 Relative noise (``sigma_scale: relative``). Every tensor t then takes σ·r_t and α·r_t in place of σ and α,
 r_t the RMS of θ_t at the start of the step: ES in the coordinates θ_t / r_t, where every tensor has
 unit RMS, so σ = 1e-3 perturbs a norm weight (RMS 1) and a projection (RMS 0.02) alike by 0.1% of its
@@ -63,12 +67,13 @@ import contextlib
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 import torch.distributed as dist
 
+from arena.config import IDENTITY_WHEN_SET
 from arena.rng import RunKey, name_key, seed_of, torch_generator
 from arena.model.sampler import SamplerConfig, generate
 from methods.base import (MethodConfig, ParameterCount, RewardFn, StepResult, Trainable, all_reduce_sums,
@@ -113,6 +118,8 @@ class ES:
         sigma: float = 1e-3  # noise scale σ (Qiu et al.)
         alpha: float = 5e-4  # step size α (Qiu et al.: σ/2, with 1/σ absorbed)
         alpha_absorbs_sigma: bool = True  # True: θ += (α/n)Σcε (Qiu); False: θ += (α/(nσ))Σcε (Salimans)
+        # null: α at every step; inverse_sqrt: α/√(t+1) at step t (a longer budget takes smaller late steps)
+        alpha_schedule: Literal["inverse_sqrt"] | None = field(default=None, metadata={IDENTITY_WHEN_SET: True})
         antithetic: bool = True  # mirrored pairs ±ε (Salimans et al., evosax)
         shaping: Literal["centered_rank", "zscore"] = "centered_rank"  # Salimans / Qiu
         weight_decay: float = 0.0  # λ in -αλθ (Salimans et al. use 0.005)
@@ -232,6 +239,10 @@ class ES:
 
     # ---- the update
 
+    def step_size(self, step: int) -> float:
+        """α at step ``step`` (counted from 0): the configured α, or α/√(step+1) under ``inverse_sqrt``."""
+        return self.config.alpha / math.sqrt(step + 1) if self.config.alpha_schedule else self.config.alpha
+
     @torch.no_grad()
     def apply_update(self, step: int, shaped: torch.Tensor) -> tuple[float, float | None]:
         """θ ← θ + scale·r_t·Σ_j c_j ε_j - αλθ in fp32, identical on every process; returns the norm of the
@@ -241,7 +252,8 @@ class ES:
         for member in range(n):
             j, sign = self._pair(member)
             coef[j] += sign * shaped[member]
-        scale = cfg.alpha / n / (1.0 if cfg.alpha_absorbs_sigma else cfg.sigma)
+        alpha = self.step_size(step)
+        scale = alpha / n / (1.0 if cfg.alpha_absorbs_sigma else cfg.sigma)
         squares = previous_squares = dot = 0.0
         for name, param in self.params:
             theta = self.master.get(name, param)
@@ -250,7 +262,7 @@ class ES:
                 delta.add_(self.noise(step, j, name, param.shape).to(theta.device),
                            alpha=float(coef[j]) * scale * self.scales[name])
             if cfg.weight_decay:
-                delta.sub_(theta, alpha=cfg.alpha * cfg.weight_decay)
+                delta.sub_(theta, alpha=alpha * cfg.weight_decay)
             moved = theta + delta
             change = (moved - theta).double()
             squares += float(change.square().sum())
