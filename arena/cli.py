@@ -60,6 +60,9 @@ def reach_target(text: str) -> tuple[str, str, float]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+versus_target = _checked(lambda text: tuple(text.rsplit(":", 1)), lambda v: len(v) == 2 and all(v),
+                         "STUDY.yaml:ARM, e.g. studies/confirm/multiblock.yaml:block_grpo")
+
 positive_int_list = _checked(lambda text: [int(part) for part in text.split(",")], lambda v: all(k >= 1 for k in v),
                              "positive integers separated by commas")
 
@@ -269,6 +272,10 @@ def add_report(commands) -> None:
                         help="instead of the report: from which budget each arm gains as much tail as ARM of that "
                              "study at MARK (non-inferiority at --margin or the study's margin, fixed sequence from "
                              "the largest budget down; docs/reporting.md) (default: write the report)")
+    parser.add_argument("--versus", type=versus_target, default=None, metavar="STUDY.yaml:ARM",
+                        help="instead of the report: every arm against ARM of that study (its finished or imported "
+                             "runs, on the same draws), at the end and at every mark both reached at equal use of "
+                             "this study's budget unit (docs/reporting.md) (default: write the report)")
     parser.add_argument("--evaluation", type=evaluation_size, default=None, metavar="PROMPTSxSAMPLES",
                         help="with --plan: count the seeds for this evaluation, e.g. 1024x16 (prompts over all draws "
                              "together, samples per prompt), its variance rescaled from the pilot's (default: the pilot's)")

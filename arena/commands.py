@@ -176,6 +176,19 @@ def cmd_report(args) -> None:
         except ReportError as error:
             raise UserError(str(error)) from None
         return
+    if args.versus:
+        from arena.report.reach import versus
+        from arena.report.records import read_results
+        from arena.study import load_study
+
+        path, arm = args.versus
+        other = load_study(path, args.profile)
+        try:
+            print(versus(read_results(tracker, study), read_results(Tracker(uri, other.tracking.experiment), other),
+                         tracker, Tracker(uri, other.tracking.experiment), arm))
+        except ReportError as error:
+            raise UserError(str(error)) from None
+        return
     if args.plan:
         from arena.report.planning import plan
         from arena.report.records import read_results

@@ -453,6 +453,42 @@ def test_reach_tests_each_mark_against_the_target_and_stops_at_the_first_that_fa
     assert "evaluate on different draws" in capsys.readouterr().err
 
 
+def test_versus_compares_every_arm_with_another_studys_arm_at_the_end_and_at_shared_marks(store, capsys):
+    """--versus synthetic.yaml:block_grpo (the study against its own arm, so every mark is shared): at the end and
+    at each mark, each arm's mean tail gain minus block_grpo's, recomputed here from the synthetic rewards; a study
+    on another draw is refused (exit 2)."""
+    folder, uri, studies, _ = store
+    path = str(folder / "synthetic.yaml")
+    assert main(["report", path, "--tracking-uri", uri, "--versus", f"{path}:block_grpo"]) == 0
+    out = capsys.readouterr().out
+    start = lower_cvar(synthetic_rewards("grpo", 0, 0).mean(axis=1), ALPHA)
+    gain = lambda arm, point: np.mean([lower_cvar(synthetic_rewards(arm, s, point).mean(axis=1), ALPHA) - start  # noqa: E731
+                                       for s in studies["synthetic"].seeds])
+    end, marks = out.split("on draw 0 at the marks")
+    for arm in ARMS:
+        final = next(line for line in end.splitlines() if line.startswith(f"{arm} "))
+        assert final.split()[1] == f"{gain(arm, POINTS - 1) - gain('block_grpo', POINTS - 1):+.3f}"
+        curve = next(line for line in marks.splitlines() if line.startswith(f"{arm} "))
+        for point, mark in enumerate(MARKS[1:], start=1):
+            assert f"at {mark} samples: {gain(arm, point) - gain('block_grpo', point):+.3f}" in curve
+    assert "holm over each arm's 3 marks" in marks and "100 against block_grpo's 104" in marks
+    moved = study_file(folder, "moved_versus", [0, 1])
+    raw = yaml.safe_load(moved.read_text())
+    moved.write_text(yaml.safe_dump({**raw, "evaluation": {**raw["evaluation"], "seed": 3}}))  # other prompts
+    log_study(Tracker(uri, "moved_versus"), load_study(moved))
+    assert main(["report", path, "--tracking-uri", uri, "--versus", f"{moved}:block_grpo"]) == 2
+    assert "evaluate on different draws" in capsys.readouterr().err
+
+
+def test_shared_marks_pair_the_marks_both_studies_reached_at_equal_use():
+    from arena.report.reach import shared_marks
+
+    flops = [0.0, 3.7e12, 7.4e12, 1.1e13, 1.48e13]  # a curve study's marks in token-FLOPs
+    target = [0.0, 7.4e12 * 1.01, 1.48e13]  # an arm that ran in samples, its mean FLOPs at its marks
+    assert shared_marks(flops, target) == [(2, 1), (4, 2)]
+    assert shared_marks(flops, [0.0, 8.0e12]) == []  # 8% past 7.4e12: not the same budget
+
+
 def test_the_es_scaling_pair_decodes_one_draw_so_reach_compares_them():
     """studies/es_scaling.yaml and es_scaling_grpo.yaml differ in points and budget, not in the draw: --reach takes
     them; another evaluation seed is another draw."""

@@ -11,6 +11,11 @@ H0 d(b) <= -m, rejected one-sided at the level. The marks are tested from the la
 that fails (a fixed-sequence procedure: the family's error stays at the level with no correction); the arm
 reaches from the smallest mark of that unbroken run, or not within its budget. Each mark is shown in samples,
 FLOPs and seconds (means over the arm's seeds) beside the target's, so that one answer reads on every axis.
+
+``arena report STUDY --versus OTHER.yaml:ARM`` compares every arm of STUDY with ARM of OTHER, a study run before
+(archived runs included) on the same draws: at the end on the pooled draws, with the study's verdicts, and at every
+mark the two reached at equal use of STUDY's unit. So a curve study at a compute budget (``budget: {unit: flops}``)
+is compared with an arm that ran in samples, without running that arm again.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import math
 import numpy as np
 
 from arena.report import stats
-from arena.report.comparison import statistics
+from arena.report.comparison import judge, statistics
 from arena.report.records import ReportError, Results, draw_at
 from arena.report.tables import estimate_cell
 
@@ -96,6 +101,60 @@ def reach(results: Results, target: Results, tracker, target_tracker, arm: str, 
             answers.append(f"{name}: reaches it from {at:g} {study.budget.unit}: "
                            + ", ".join(f"{_amount(used[a], spent[a])} {a}" for a in AXES))
     return "\n".join(lines + [""] + answers)
+
+
+FINAL_DRAW_KEYS = ("draws", "draw_prompts", "draw_samples")
+
+
+SHARED_TOLERANCE = 0.05  # a run evaluates after the step that reaches a mark: its use overshoots by up to a step
+
+
+def shared_marks(marks, spent, tolerance: float = SHARED_TOLERANCE) -> list[tuple[int, int]]:
+    """(i, j) for each mark i > 0 of ``marks`` that the target reached too: ``spent[j]`` (the target's mean use, in
+    the unit of ``marks``, at its mark j) within ``tolerance`` of it, relatively."""
+    return [(i, j) for i, mark in enumerate(marks) if i > 0
+            for j, used in enumerate(spent) if j > 0 and abs(used - mark) <= tolerance * mark]
+
+
+def versus(results: Results, target: Results, tracker, target_tracker, arm: str) -> str:
+    """Every arm of ``results`` against ``arm`` of another study (its finished runs, e.g. archived ones) on the
+    same evaluation draws: at the end on the pooled draws, judged over the arms (the study's margin and
+    correction); and on draw 0 at every mark where both studies evaluated at equal use of this study's budget
+    unit (e.g. token-FLOPs), judged per arm over those marks. As text."""
+    study, other = results.study, target.study
+    if not same_draw(study, other) or any(getattr(study.evaluation, key) != getattr(other.evaluation, key)
+                                          for key in FINAL_DRAW_KEYS) or study.pooled_draws() != other.pooled_draws():
+        raise ReportError(f"{study.name} and {other.name} evaluate on different draws (model, task, evaluation or the "
+                          "draws the verdicts pool differ): their gains are not measured on the same prompts")
+    if arm not in target.arms:
+        raise ReportError(f"no finished run of arm {arm!r} in {other.name}; arms there: {', '.join(target.arms)}")
+    statistic, unit = statistics(study)["tail"], study.budget.unit
+    final = judge({name: stats.difference_interval(results.pooled(name), target.pooled(arm), statistic)
+                   for name in results.arms}, study.analysis)
+    spent = {axis: float(target.values(arm, f"budget/{axis}")[:, -1].mean()) for axis in AXES}
+    lines = [f"every arm of {study.name} against {arm} of {other.name} ({len(target.arms[arm])} seeds; at its end "
+             + ", ".join(f"{spent[a]:.4g} {a}" for a in AXES) + f"); tail gain at α = {study.evaluation.primary_alpha:g}",
+             "", f"at the end, pooled draws {', '.join(map(str, study.pooled_draws()))} ({study.analysis.correction} "
+             f"over the {len(final)} arms, margin ±{study.analysis.margin}):", "",
+             f"{'arm':<18} {'minus ' + arm:>26}  {'verdict':<28} " + "  ".join(f"{a + ' (x its)':>20}" for a in AXES)]
+    for name, comparison in final.items():
+        used = {a: float(results.values(name, f"budget/{a}")[:, -1].mean()) for a in AXES}
+        lines.append(f"{name:<18} {estimate_cell(comparison.difference):>26}  "
+                     f"{comparison.verdict + ', p ' + _p(comparison.p_adjusted):<28} "
+                     + "  ".join(f"{_amount(used[a], spent[a]):>20}" for a in AXES))
+    theirs = target.values(arm, f"budget/{unit}").mean(axis=0)
+    pairs = shared_marks(results.marks, theirs)
+    lines += ["", f"on draw 0 at the marks both reached at equal {unit}, within {SHARED_TOLERANCE:.0%} ("
+              + ", ".join(f"{results.marks[i]:g} against {arm}'s {theirs[j]:.4g}" for i, j in pairs)
+              + f"; {study.analysis.correction} over each arm's {len(pairs)} marks):" if pairs
+              else f"no mark of {study.name} is one {arm} reached in {unit}: no curve comparison"]
+    for name in results.arms if pairs else []:
+        found = {f"{results.marks[i]:g}": stats.difference_interval(
+            [draw_at(tracker, results, name, results.marks[i])],
+            [draw_at(target_tracker, target, arm, target.marks[j])], statistic) for i, j in pairs}
+        lines.append(f"{name:<18} " + "  ".join(f"at {mark} {unit}: {estimate_cell(c.difference)} {c.verdict}"
+                                              for mark, c in judge(found, study.analysis).items()))
+    return "\n".join(lines)
 
 
 def _p(p: float) -> str:
