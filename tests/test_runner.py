@@ -172,6 +172,32 @@ def test_a_method_that_goes_non_finite_fails_its_run_naming_the_step_and_the_sta
     assert run.info.status == "FAILED"
 
 
+def test_a_corrupt_checkpoint_fails_its_run_naming_the_file_and_the_others_finish(in_tmp, capsys):
+    """An interrupted run whose checkpoint is garbage: its rerun fails with one line naming the run, the file and
+    the way out, the run ends FAILED, the other run finishes, the summary prints and the parent ends FAILED."""
+    study = {**STUDY, "arms": {"block_grpo": STUDY["arms"]["block_grpo"]}}
+    path = write(in_tmp, study)
+    assert main(["run", str(path), "--jobs", "1", "--only", "seed=0"]) == 0
+    client = client_for(in_tmp)
+    (interrupted,), _ = children(client, "e2e")
+    client.set_terminated(interrupted.info.run_id, "KILLED")  # as Ctrl-C leaves it: resumable
+    (checkpoint,) = (in_tmp / ".arena").glob("e2e/block_grpo/seed0-*/checkpoint.pt")
+    checkpoint.write_bytes(np.random.default_rng(0).bytes(5000))
+    capsys.readouterr()
+
+    assert main(["run", str(path), "--jobs", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert "1 runs finished, 0 already finished (skipped), 1 failed" in out and "tail gain (α=0.5)" in out
+    relative = checkpoint.relative_to(in_tmp)
+    assert (f"  block_grpo seed 0: ResumeError: cannot resume from {relative} (UnpicklingError: " in err
+            and "delete that file to start this run over, or rerun with --force --only arm=block_grpo,seed=0" in err)
+    assert "Traceback" not in err
+    runs, parents = children(client, "e2e")
+    status = {r.data.tags["arena.seed"]: r.info.status for r in runs}
+    assert status == {"0": "FAILED", "1": "FINISHED"}
+    assert max(parents, key=lambda r: r.info.start_time).info.status == "FAILED"
+
+
 def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_curve(tmp_path):
     """SIGKILL in a subprocess after the first training evaluation; the rerun continues from that
     checkpoint; every metric has each step exactly once, with the values of an uninterrupted run."""
