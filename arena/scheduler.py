@@ -168,7 +168,9 @@ def summary_table(study, tracker) -> str:
         results = read_results(tracker, study)
     except ReportError as error:
         return f"no summary: {error}"
-    return tables.text(comparison.rows(results), comparison.setup(results))
+    off = ("" if study.controls else "\ncontrols: off (the study sets controls: []), so no row shows what the "
+           "untrained start model (frozen) or its best temperature (sharpen) scores")
+    return tables.text(comparison.rows(results), comparison.setup(results)) + off
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ def test_the_plugin_study_runs_end_to_end(tmp_path, monkeypatch, capsys):
     study = yaml.safe_load(STUDY.read_text())
     study["budget"]["amount"] = 16  # one step per arm, evaluated at 0 and 16: the file as shipped, smaller
     study["evaluation"] |= {"prompts": 8, "points": 2}
+    study["controls"] = []  # the plugins' test, not the controls'
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study))
     # the arm that uses both plugins (es is a built-in, run by tests/test_runner.py)

@@ -26,6 +26,7 @@ STUDY = {
                    "primary_alpha": 0.5},
     "budget": {"unit": "samples", "amount": 32},
     "seeds": [0, 1],
+    "controls": [],  # on by default; the tests that are about them list them
     "arms": {
         "block_grpo": {"method": "block_grpo", "options": {"lr": 1e-4, "group_size": 4, "max_new_tokens": 8}},
         "es": {"method": "es", "options": {"population": 4, "max_new_tokens": 8, "sigma": 0.01, "alpha": 0.01}},
@@ -67,6 +68,7 @@ def test_a_study_lands_in_mlflow_with_aligned_curves_and_a_rerun_skips(in_tmp, c
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("arena run e2e: model tiny, profile none")
     assert "tail gain (α=0.5)" in out and "arena ui" in out and "arena report" in out
+    assert "controls: off (the study sets controls: [])" in out  # opted out: the table says why it has no controls
 
     client = client_for(in_tmp)
     runs, parents = children(client, "e2e")

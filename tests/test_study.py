@@ -115,6 +115,13 @@ def test_defaults_and_a_seed_count(tmp_path):
     assert study.task == TaskSpec("noisy_arithmetic", (1,))
 
 
+def test_controls_are_on_unless_a_study_opts_out_and_never_change_a_runs_hash(tmp_path):
+    study = load_study(write(tmp_path, VALID))
+    assert study.controls == ("frozen", "sharpen")
+    off = load_study(write(tmp_path, VALID + "controls: []\n", "off.yaml"))
+    assert off.controls == () and [r.config_hash for r in off.runs()] == [r.config_hash for r in study.runs()]
+
+
 def test_a_run_holds_its_arms_config_built_once(tmp_path, monkeypatch):
     study = load_study(write(tmp_path, VALID))
     built = []
@@ -451,3 +458,20 @@ def test_every_place_that_lists_the_budget_units_agrees():
     row = next(line for line in (Path(__file__).parents[1] / "docs" / "studies.md").read_text().splitlines()
                if line.startswith("| `unit` |"))
     assert all(f"`{unit}`" in row for unit in UNITS), row
+
+
+def test_the_schema_tables_of_docs_studies_md_name_every_key():
+    """Each key a study may write has a row in its section's table of docs/studies.md (a row may name several)."""
+    import re
+    from pathlib import Path
+
+    from arena.study import SECTIONS, ArmSpec
+
+    text = (Path(__file__).parents[1] / "docs" / "studies.md").read_text().split("## The schema", 1)[1]
+    tables = {heading: re.findall(r"^\| (`[^|]*`) \|", body, re.M)
+              for heading, body in re.findall(r"^### (.+?)\n(.*?)(?=^##)", text, re.M | re.S)}
+    schema = {"Top level": Study, **{f"`{name}`": spec for name, spec in SECTIONS.items()}, "`arms`": ArmSpec}
+    missing = [f"{heading}: {f.name}" for heading, spec in schema.items() for f in dataclasses.fields(spec)
+               if f.name not in ("source_path", "profile")  # set by arena, not written
+               and not any(f"`{f.name}`" in cell for cell in tables.get(heading, []))]
+    assert not missing, missing
