@@ -82,6 +82,12 @@ def _study(args):
     return dataclasses.replace(study, model=model) if model else study
 
 
+def _warn(args, study) -> None:
+    """Print the study's warnings (``Study.warnings``): valid, so the command goes on."""
+    for line in study.warnings():
+        print(f"arena {args.command}: warning: {args.study}: {line}", file=sys.stderr, flush=True)
+
+
 def _written_store(args, study) -> str:
     """The tracking URI the command reads ``study``'s runs from (``resolve_uri``); ``UserError`` when it names a
     SQLite file that does not exist (opening it would create an empty store)."""
@@ -95,6 +101,7 @@ def _written_store(args, study) -> str:
 
 def cmd_validate(args) -> None:
     study = _study(args)
+    _warn(args, study)
     runs = study.runs()
     own = [name for name, arm in study.arms.items() if arm.seeds]
     shape = (f"{len(study.arms)} arms x {len(study.seeds)} seeds" if not own else
@@ -108,6 +115,7 @@ def cmd_run(args) -> None:
     from arena import processes, scheduler
 
     study = _study(args)
+    _warn(args, study)
     runs = scheduler.select(study.runs(), args.only or {})
     if not runs:
         raise UserError(f"--only {args.only}: no run of {args.study} matches")

@@ -366,6 +366,12 @@ class Study(Section):
         mine, theirs = dataclasses.asdict(arm.train(self.train)), dataclasses.asdict(base.train(self.train))
         return changed + [f"train.{key}" for key in mine if mine[key] != theirs[key]]
 
+    def warnings(self) -> list[str]:
+        """Valid settings that cannot change a run, one line each with its arm's path: what a method class says of
+        its config in its optional ``warnings(config)`` (GRPO: a surrogate or clip options at inner_iterations 1)."""
+        return [f"arms.{name}: {line}" for name, arm in self.arms.items()
+                for line in getattr(method_class(arm.method), "warnings", lambda config: [])(arm.config)]
+
     def pooled_draws(self) -> tuple[int, ...]:
         """The evaluation draws the verdicts pool: ``analysis.draws``, else every draw."""
         return self.analysis.draws or tuple(range(self.evaluation.draws))

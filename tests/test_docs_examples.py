@@ -61,6 +61,27 @@ def test_the_plugin_method_honours_the_method_contract(monkeypatch):
     contract.test_unknown_options_are_named("sign_sgd")
 
 
+def test_the_dual_clip_example_of_extending_md_is_the_tested_plugin():
+    """docs/extending.md's dual-clip GRPO, run as written, computes what tests/study_plugins.py's does: PPO's term
+    except where a negative advantage meets a ratio above the clip, which the dual clip bounds at c A."""
+    import torch
+
+    import study_plugins
+    from arena.model.tiny import build_policy
+    from conftest import SMALL
+
+    block = next(code for code in re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "extending.md").read_text(), re.S)
+                 if "class DualClipGRPO" in code)
+    namespace = {}
+    exec(block, namespace)
+    ratio, advantages = torch.tensor([[0.5, 1.0, 5.0]] * 2), torch.tensor([[-1.0], [1.0]])
+    terms = [cls(build_policy(SMALL), cls.Config(), 0).surrogate(ratio, advantages)
+             for cls in (namespace["DualClipGRPO"], study_plugins.DualClipGRPO, study_plugins.GRPO)]
+    assert torch.equal(terms[0], terms[1])
+    torch.testing.assert_close(terms[0], torch.tensor([[-0.8, -1.0, -3.0], [0.5, 1.0, 1.2]]))
+    assert terms[2][0, 2] == -5.0  # plain GRPO: the unclipped ρ A for a negative advantage
+
+
 ENVIRONMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S*")  # VAR=value before a command
 PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.")
 

@@ -409,6 +409,30 @@ def test_an_import_path_task_and_method_work(tmp_path):
                             f"{path}:4: arms.a.options.lr: must be > 0, got 0"]
 
 
+def test_a_surrogate_or_clip_options_that_cannot_act_at_one_inner_iteration_are_a_warning(tmp_path, capsys):
+    """At inner_iterations 1 every ratio is exactly 1: a GRPO variant's surrogate and the clip options change
+    nothing, so `arena validate` says so (and still passes); at 2 they act, and nothing is said."""
+    from arena.cli import main
+
+    text = arms("""\
+        grpo: {method: grpo}
+        dual: {method: 'study_plugins:DualClipGRPO'}
+        clip: {method: grpo, options: {clip_eps: 0.3}}
+        """)
+    path = write(tmp_path, text)
+    assert [line.split(":")[0] for line in load_study(path).warnings()] == ["arms.dual", "arms.clip"]
+    assert main(["validate", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert (f"arena validate: warning: {path}: arms.dual: with inner_iterations: 1 every ratio is exactly 1, so the "
+            "surrogate of study_plugins:DualClipGRPO cannot change the update (the run is plain GRPO's, bit for bit); "
+            "set inner_iterations >= 2 to let the ratios move") in err
+    assert f"{path}: arms.clip: with inner_iterations: 1 every ratio is exactly 1, so clip_eps: 0.3 cannot" in err
+    acting = write(tmp_path, text.replace("{method: grpo}", "{method: grpo, options: {inner_iterations: 2}}")
+                   .replace("DualClipGRPO'}", "DualClipGRPO', options: {inner_iterations: 2}}")
+                   .replace("clip_eps: 0.3}", "clip_eps: 0.3, inner_iterations: 2}"), "acting.yaml")
+    assert load_study(acting).warnings() == []
+
+
 def test_validate_takes_a_raw_dict_so_a_profile_can_rewrite_it_first():
     raw = yaml.safe_load(VALID)
     raw["model"], raw["arms"]["grpo"]["options"]["lr"] = "tiny", 3e-4
