@@ -250,6 +250,20 @@ def cmd_import(args) -> None:
     print(f"{args.source}: {counts.written} runs imported into {uri}, {counts.present} there already")
 
 
+def _check_port_free(port: int) -> None:
+    """``UserError`` when something already listens on 127.0.0.1:``port``: MLflow would fail to bind and log it
+    among INFO lines, while the printed link opened whatever holds the port."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: a port in TIME_WAIT is free
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            raise UserError(f"--port {port}: 127.0.0.1:{port} is in use ({error.strerror}), perhaps by another MLflow "
+                            "UI; choose another port with --port N") from None
+
+
 def cmd_ui(args) -> None:
     import os
 
@@ -259,6 +273,7 @@ def cmd_ui(args) -> None:
     uri = resolve_uri(args.tracking_uri, study.tracking.uri if study else None)
     if not uri.startswith("sqlite:") and not uri.startswith("file:") and "://" in uri:
         raise UserError(f"{uri} is a tracking server: open it in a browser")
+    _check_port_free(args.port)
     experiment = study.tracking.experiment if study and not missing_store(uri) else None
     url = ui_url(f"http://127.0.0.1:{args.port}", uri, experiment)
     print(f"MLflow UI for {uri} (Ctrl-C stops it): open {url}", flush=True)

@@ -92,6 +92,23 @@ def test_ui_serves_the_study_store(tmp_path, monkeypatch, capsys):
     assert "open http://127.0.0.1:5123\n" in capsys.readouterr().out  # no store yet: the UI's front page
 
 
+def test_ui_on_a_busy_port_is_one_error_naming_it_and_starts_nothing(tmp_path, monkeypatch, capsys):
+    import os
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(os, "execvp", lambda program, argv: pytest.fail("the UI must not start on a busy port"))
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert main(["ui", "--port", str(port)]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"arena ui: error: --port {port}: 127.0.0.1:{port} is in use (")
+    assert "choose another port with --port N" in err and len(err.splitlines()) == 1 and "open http" not in out
+
+
 def test_the_studys_at_block_sets_shared_sections_for_its_profile_only(tmp_path):
     path = tmp_path / "study.yaml"
     path.write_text("budget: {amount: 3072}\nseeds: [0, 1, 2, 3, 4]\n"
