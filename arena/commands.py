@@ -118,7 +118,14 @@ def cmd_run(args) -> None:
     _warn(args, study)
     runs = scheduler.select(study.runs(), args.only or {})
     if not runs:
-        raise UserError(f"--only {args.only}: no run of {args.study} matches")
+        from arena.config import suggestion
+
+        arm = args.only.get("arm", "")
+        if arm and arm not in study.arms:
+            raise UserError(f"--only arm={arm}: {args.study} has no arm {arm!r}; {suggestion(arm, study.arms)}")
+        only = ",".join(f"{key}={value}" for key, value in args.only.items())
+        raise UserError(f"--only {only}: no run of {args.study} matches (its seeds: "
+                        f"{', '.join(map(str, study.all_seeds()))})")
     launched = processes.launched_processes()
     if launched > 1:
         _check_launch(args, runs, launched)

@@ -401,14 +401,14 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
 
 
 def require_weights(model: str) -> None:
-    """Before an invocation starts anything: a model whose weights are missing is one error (CheckpointError),
-    never a fallback to other weights."""
+    """Before an invocation starts anything (no MLflow run yet): a model that is missing, or is no Fast-dLLM v2
+    checkpoint by its config and tokenizer, is one error (CheckpointError), never a fallback to other weights."""
     from arena.model.tiny import MODELS
 
     if model not in MODELS:
-        from arena.model.policy import resolve_checkpoint
+        from arena.model.policy import check_checkpoint
 
-        resolve_checkpoint(model)
+        check_checkpoint(model)
 
 
 def start_key(run) -> str:

@@ -307,8 +307,9 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
         outcomes += run_controls(study, tracker, parent_id, Path(workdir), placement, force)
         parent.failed = any(o.status == "failed" for o in outcomes)
     done = {status: sum(o.status == status for o in outcomes) for status in ("finished", "skipped", "failed")}
-    print(f"\n{done['finished']} runs finished, {done['skipped']} already finished (skipped), {done['failed']} failed, "
-          f"in {time.time() - started:.0f} s\n")
+    runs_word = "run" if done["finished"] == 1 else "runs"
+    print(f"\n{done['finished']} {runs_word} finished, {done['skipped']} already finished (skipped), {done['failed']} "
+          f"failed, in {time.time() - started:.0f} s\n")
     table = summary_table(study, tracker)
     print(table)
     show_comparison(study, tracker, parent_id, table)

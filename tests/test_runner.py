@@ -16,7 +16,7 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
-from arena.cli import main
+from arena.cli import build_parser, main
 
 STUDY = {
     "name": "e2e",
@@ -69,6 +69,10 @@ def test_a_study_lands_in_mlflow_with_aligned_curves_and_a_rerun_skips(in_tmp, c
     assert out.splitlines()[0].startswith("arena run e2e: model tiny, profile none")
     assert "tail gain (α=0.5)" in out and "arena ui" in out and "arena report" in out
     assert "controls: off (the study sets controls: [])" in out  # opted out: the table says why it has no controls
+    header = next(line for line in out.splitlines() if line.startswith("arm "))
+    promised = " ".join(build_parser()._subparsers._group_actions[0].choices["run"].description.split())
+    for column in re.split(r"\s{2,}", header):  # `arena run --help` describes each column the summary shows
+        assert column.split(" (")[0] in promised, (column, promised)
 
     client = client_for(in_tmp)
     runs, parents = children(client, "e2e")
@@ -189,7 +193,7 @@ def test_a_corrupt_checkpoint_fails_its_run_naming_the_file_and_the_others_finis
 
     assert main(["run", str(path), "--jobs", "1"]) == 2
     out, err = capsys.readouterr()
-    assert "1 runs finished, 0 already finished (skipped), 1 failed" in out and "tail gain (α=0.5)" in out
+    assert "1 run finished, 0 already finished (skipped), 1 failed" in out and "tail gain (α=0.5)" in out
     relative = checkpoint.relative_to(in_tmp)
     assert (f"  block_grpo seed 0: ResumeError: cannot resume from {relative} (UnpicklingError: " in err
             and "delete that file to start this run over, or rerun with --force --only arm=block_grpo,seed=0" in err)
@@ -292,6 +296,15 @@ def test_dry_run_prints_the_plan_without_loading_a_model(in_tmp, capsys, monkeyp
     out = capsys.readouterr().out
     assert "study e2e: 4 runs, budget 32 samples per run" in out and "samples = 0, 16, 32" in out
     assert out.count("block_grpo ") >= 2 and not (in_tmp / "mlflow.db").exists()
+
+
+def test_only_with_a_misspelt_arm_suggests_the_arm_and_a_missing_seed_lists_the_seeds(in_tmp, capsys):
+    path = write(in_tmp, STUDY)
+    assert main(["run", str(path), "--only", "arm=blockgrpo", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (f"arena run: error: --only arm=blockgrpo: {path} has no arm 'blockgrpo'; "
+                                       "did you mean 'block_grpo'?\n")
+    assert main(["run", str(path), "--only", "arm=es,seed=7", "--dry-run"]) == 2
+    assert capsys.readouterr().err == f"arena run: error: --only arm=es,seed=7: no run of {path} matches (its seeds: 0, 1)\n"
 
 
 def test_the_plan_keeps_its_columns_under_a_long_arm_name(in_tmp, capsys):

@@ -77,6 +77,19 @@ def test_missing_weights_are_one_clear_error_before_anything_runs(tmp_path, caps
     assert not (tmp_path / "mlflow.db").exists()  # nothing started
 
 
+def test_a_model_directory_that_is_no_checkpoint_is_one_error_before_any_run(tmp_path, capsys, monkeypatch):
+    """Checked by its config and tokenizer before the tracking store is opened: no parent run, no experiment."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "study.yaml").write_text("arms: {a: {method: grpo}}\n")
+    (tmp_path / "downloads").mkdir()
+    assert main(["run", "study.yaml", "--model", str(tmp_path / "downloads")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"arena run: error: {tmp_path / 'downloads'} holds no config.json: not a Fast-dLLM v2 checkpoint "
+                   "directory (--model tiny is the embedded tiny model)\n")
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 def test_ui_serves_the_study_store(tmp_path, monkeypatch, capsys):
     import os
 
