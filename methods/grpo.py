@@ -212,7 +212,7 @@ class GRPO:
     def surrogate(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
         """The per-unit term the update maximises, from the ratios ρ (n, U) and the advantages (n, 1): PPO's clipped
         surrogate. A variant overrides it (docs/extending.md: dual-clip); the clamp of ρ, the KL term and the
-        aggregation stay the core's. At ``inner_iterations: 1`` ρ is exactly 1, so no override can act (``warnings``)."""
+        aggregation stay the core's. At ``inner_iterations: 1`` ρ is exactly 1: no override can act (``warnings``)."""
         return clipped_surrogate(ratio, advantages, self.config)
 
     @classmethod
@@ -227,7 +227,8 @@ class GRPO:
         if not inert:
             return []
         return [f"with inner_iterations: 1 every ratio is exactly 1, so {' and '.join(inert)} cannot change the "
-                "update (the run is plain GRPO's, bit for bit); set inner_iterations >= 2 to let the ratios move"]
+                "update (the run is, bit for bit, what it would be without them); set inner_iterations >= 2 to let "
+                "the ratios move"]
 
     # ---------------------------------------------------------------------------------------
     def _score(self, batch, key, grad: bool, policy=None) -> likelihood.Estimate:

@@ -304,7 +304,8 @@ def test_only_with_a_misspelt_arm_suggests_the_arm_and_a_missing_seed_lists_the_
     assert capsys.readouterr().err == (f"arena run: error: --only arm=blockgrpo: {path} has no arm 'blockgrpo'; "
                                        "did you mean 'block_grpo'?\n")
     assert main(["run", str(path), "--only", "arm=es,seed=7", "--dry-run"]) == 2
-    assert capsys.readouterr().err == f"arena run: error: --only arm=es,seed=7: no run of {path} matches (its seeds: 0, 1)\n"
+    assert capsys.readouterr().err == (f"arena run: error: --only arm=es,seed=7: no run of {path} matches "
+                                       "(its seeds: 0, 1)\n")
 
 
 def test_the_plan_keeps_its_columns_under_a_long_arm_name(in_tmp, capsys):

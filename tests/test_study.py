@@ -424,8 +424,8 @@ def test_a_surrogate_or_clip_options_that_cannot_act_at_one_inner_iteration_are_
     assert main(["validate", str(path)]) == 0
     err = capsys.readouterr().err
     assert (f"arena validate: warning: {path}: arms.dual: with inner_iterations: 1 every ratio is exactly 1, so the "
-            "surrogate of study_plugins:DualClipGRPO cannot change the update (the run is plain GRPO's, bit for bit); "
-            "set inner_iterations >= 2 to let the ratios move") in err
+            "surrogate of study_plugins:DualClipGRPO cannot change the update (the run is, bit for bit, what it would "
+            "be without them); set inner_iterations >= 2 to let the ratios move") in err
     assert f"{path}: arms.clip: with inner_iterations: 1 every ratio is exactly 1, so clip_eps: 0.3 cannot" in err
     acting = write(tmp_path, text.replace("{method: grpo}", "{method: grpo, options: {inner_iterations: 2}}")
                    .replace("DualClipGRPO'}", "DualClipGRPO', options: {inner_iterations: 2}}")
