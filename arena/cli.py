@@ -209,7 +209,10 @@ def add_run(commands) -> None:
         "Run every (arm, seed) of a study until it has used its budget, evaluating the tail\n"
         "reward at the same budget points for every arm, and log everything to MLflow. A rerun\n"
         "skips finished runs and resumes interrupted ones from their last evaluation point.\n"
-        "Ends with a summary per arm: tail gain and mean-reward gain with 95% intervals over seeds.",
+        "Ends with the table 'arena report' writes, a row per arm and control: its seeds, tail\n"
+        "gain (95% interval over seeds and evaluation draws), tail gain over sharpen (the\n"
+        "sharpening control), hard gain (the hard prompts), verdict against the reference arm\n"
+        "and train time (docs/reporting.md).",
         "arena run studies/es_vs_blockgrpo.yaml --jobs 2", cmd_run)
     _add_study(parser)
     parser.add_argument("--model", default=None, metavar="PATH|HUB_ID",

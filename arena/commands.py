@@ -82,6 +82,12 @@ def _study(args):
     return dataclasses.replace(study, model=model) if model else study
 
 
+def _warn(args, study) -> None:
+    """Print the study's warnings (``Study.warnings``): valid, so the command goes on."""
+    for line in study.warnings():
+        print(f"arena {args.command}: warning: {args.study}: {line}", file=sys.stderr, flush=True)
+
+
 def _written_store(args, study) -> str:
     """The tracking URI the command reads ``study``'s runs from (``resolve_uri``); ``UserError`` when it names a
     SQLite file that does not exist (opening it would create an empty store)."""
@@ -95,6 +101,7 @@ def _written_store(args, study) -> str:
 
 def cmd_validate(args) -> None:
     study = _study(args)
+    _warn(args, study)
     runs = study.runs()
     own = [name for name, arm in study.arms.items() if arm.seeds]
     shape = (f"{len(study.arms)} arms x {len(study.seeds)} seeds" if not own else
@@ -108,9 +115,17 @@ def cmd_run(args) -> None:
     from arena import processes, scheduler
 
     study = _study(args)
+    _warn(args, study)
     runs = scheduler.select(study.runs(), args.only or {})
     if not runs:
-        raise UserError(f"--only {args.only}: no run of {args.study} matches")
+        from arena.config import suggestion
+
+        arm = args.only.get("arm", "")
+        if arm and arm not in study.arms:
+            raise UserError(f"--only arm={arm}: {args.study} has no arm {arm!r}; {suggestion(arm, study.arms)}")
+        only = ",".join(f"{key}={value}" for key, value in args.only.items())
+        raise UserError(f"--only {only}: no run of {args.study} matches (its seeds: "
+                        f"{', '.join(map(str, study.all_seeds()))})")
     launched = processes.launched_processes()
     if launched > 1:
         _check_launch(args, runs, launched)
@@ -255,6 +270,20 @@ def cmd_import(args) -> None:
     print(f"{args.source}: {counts.written} runs imported into {uri}, {counts.present} there already")
 
 
+def _check_port_free(port: int) -> None:
+    """``UserError`` when something already listens on 127.0.0.1:``port``: MLflow would fail to bind and log it
+    among INFO lines, while the printed link opened whatever holds the port."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: a port in TIME_WAIT is free
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            raise UserError(f"--port {port}: 127.0.0.1:{port} is in use ({error.strerror}), perhaps by another MLflow "
+                            "UI; choose another port with --port N") from None
+
+
 def cmd_ui(args) -> None:
     import os
 
@@ -264,6 +293,7 @@ def cmd_ui(args) -> None:
     uri = resolve_uri(args.tracking_uri, study.tracking.uri if study else None)
     if not uri.startswith("sqlite:") and not uri.startswith("file:") and "://" in uri:
         raise UserError(f"{uri} is a tracking server: open it in a browser")
+    _check_port_free(args.port)
     experiment = study.tracking.experiment if study and not missing_store(uri) else None
     url = ui_url(f"http://127.0.0.1:{args.port}", uri, experiment)
     print(f"MLflow UI for {uri} (Ctrl-C stops it): open {url}", flush=True)

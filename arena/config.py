@@ -81,9 +81,13 @@ def problems_of(cls, **values) -> list[tuple[str, str]]:
 
 
 def unknown_key(key: str, known) -> Problem:
-    close = difflib.get_close_matches(str(key), list(known), n=1)
-    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(known))}"
-    return Problem(str(key), f"unknown option; {hint}")
+    return Problem(str(key), f"unknown option; {suggestion(key, known)}")
+
+
+def suggestion(name: str, known) -> str:
+    """'did you mean X?' for the closest of ``known`` to a misspelt ``name``, else the list of them."""
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(known))}"
 
 
 def type_problem(value, hint) -> str | None:

@@ -25,6 +25,7 @@ import functools
 import json
 import math
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -120,9 +121,16 @@ def save(path: Path, method, checkpoint: Checkpoint, sharded: bool) -> None:
         torch.distributed.barrier()
 
 
+class ResumeError(RuntimeError):
+    """A run's checkpoint cannot be resumed from (unreadable, or not this run's); the run fails, the others go on."""
+
+
 def load(path: Path, method, device) -> Checkpoint:
-    """The checkpoint ``save`` wrote, onto ``method`` (every rank reads it: the working directory is shared)."""
-    state = torch.load(path, map_location=device, weights_only=False)
+    """The checkpoint ``save`` wrote, onto ``method`` (every rank reads it: the working directory is shared).
+
+    ``weights_only``: the file holds tensors, dicts, lists and numbers only, so reading it runs no pickled code.
+    """
+    state = torch.load(path, map_location=device, weights_only=True)
     if "shards" in state:
         import torch.distributed.checkpoint as dcp
 
@@ -132,6 +140,14 @@ def load(path: Path, method, device) -> Checkpoint:
     runner = state["runner"]
     meter = Meter(used=Consumption(**runner["meter"]["used"]), seconds=runner["meter"]["seconds"])
     return Checkpoint(runner["step"], runner["point"], meter, [tuple(r) for r in runner["rows"]])
+
+
+def cause(error: BaseException) -> str:
+    """The first sentence of why loading failed: torch's weights-only refusal spans a page, its reason follows
+    ``WeightsUnpickler error:``."""
+    text = str(error).strip()
+    reason = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+    return (reason.group(1) if reason else text.splitlines()[0] if text else "").split(". ")[0]
 
 
 def discard_checkpoint(path: Path) -> None:
@@ -335,8 +351,14 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     extra_starts = draw_starts(extra, policy, workdir, run, say)  # before any step, and before a resume loads weights
 
     if action == "resume":
+        try:
+            state = load(checkpoint_path, method, policy.device)
+        except Exception as error:  # a corrupt or foreign file: this run fails, saying how to start it over
+            tracker.finish(run_id, "FAILED")
+            raise ResumeError(f"cannot resume from {checkpoint_path} ({type(error).__name__}: {cause(error)}); delete "
+                              f"that file to start this run over, or rerun with --force --only arm={run.arm},"
+                              f"seed={run.seed}") from None
         tracker.reopen(run_id)
-        state = load(checkpoint_path, method, policy.device)
         tracker.log_missing(run_id, state.rows)
     else:
         discard_checkpoint(checkpoint_path)
@@ -419,14 +441,14 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
 
 
 def require_weights(model: str) -> None:
-    """Before an invocation starts anything: a model whose weights are missing is one error (CheckpointError),
-    never a fallback to other weights."""
+    """Before an invocation starts anything (no MLflow run yet): a model that is missing, or is no Fast-dLLM v2
+    checkpoint by its config and tokenizer, is one error (CheckpointError), never a fallback to other weights."""
     from arena.model.tiny import MODELS
 
     if model not in MODELS:
-        from arena.model.policy import resolve_checkpoint
+        from arena.model.policy import check_checkpoint
 
-        resolve_checkpoint(model)
+        check_checkpoint(model)
 
 
 def start_key(run) -> str:

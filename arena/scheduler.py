@@ -168,7 +168,9 @@ def summary_table(study, tracker) -> str:
         results = read_results(tracker, study)
     except ReportError as error:
         return f"no summary: {error}"
-    return tables.text(comparison.rows(results), comparison.setup(results), comparison.matched_rows(results))
+    off = ("" if study.controls else "\ncontrols: off (the study sets controls: []), so no row shows what the "
+           "untrained start model (frozen) or its best temperature (sharpen) scores")
+    return tables.text(comparison.rows(results), comparison.setup(results), comparison.matched_rows(results)) + off
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,8 +323,9 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
         outcomes += run_controls(study, tracker, parent_id, Path(workdir), placement, force)
         parent.failed = any(o.status == "failed" for o in outcomes)
     done = {status: sum(o.status == status for o in outcomes) for status in ("finished", "skipped", "failed")}
-    print(f"\n{done['finished']} runs finished, {done['skipped']} already finished (skipped), {done['failed']} failed, "
-          f"in {time.time() - started:.0f} s\n")
+    runs_word = "run" if done["finished"] == 1 else "runs"
+    print(f"\n{done['finished']} {runs_word} finished, {done['skipped']} already finished (skipped), {done['failed']} "
+          f"failed, in {time.time() - started:.0f} s\n")
     table = summary_table(study, tracker)
     print(table)
     show_comparison(study, tracker, parent_id, table)

@@ -39,7 +39,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
       correction: holm          # holm | bonferroni | none, over the arms compared with the reference
       level: 0.05               # of every test; intervals are 95%
       draws: null               # the evaluation draws the verdicts pool, e.g. [1, 2]; null: every draw
-    controls: []                # built-in arms evaluated without training: frozen, sharpen (docs/reporting.md)
+    controls: [frozen, sharpen] # arms that train nothing, one evaluation each (docs/reporting.md); []: none
     at: {}                      # profile -> {budget, seeds, train, evaluation} under that profile (arena.profiles)
     arms:                       # required: name -> arm, in run order
       block_grpo:
@@ -307,7 +307,7 @@ class Study(Section):
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     reference: str = ""  # "": the first arm
     analysis: AnalysisSpec = field(default_factory=AnalysisSpec)
-    controls: tuple[str, ...] = field(default=(), metadata={CONVERT: control_list})
+    controls: tuple[str, ...] = field(default=CONTROLS, metadata={CONVERT: control_list})  # on unless opted out
     arms: dict[str, ArmSpec] = field(default_factory=dict,
                                      metadata={REQUIRED: "a mapping of arm name -> {method, options}"})
     source_path: str | None = None
@@ -367,9 +367,15 @@ class Study(Section):
 
     @property
     def matched_decoding(self) -> bool:
-        """Whether each trained run ends at its own best temperature too (``arena.controls.matched_decoding``): in a
+        """Whether each trained run ends at its own best temperature too (``arena.runner.matched_decoding``): in a
         study with the sharpening control it is compared with, on held-out prompts."""
         return "sharpen" in self.controls and self.evaluation.split == "heldout"
+
+    def warnings(self) -> list[str]:
+        """Valid settings that cannot change a run, one line each with its arm's path: what a method class says of
+        its config in its optional ``warnings(config)`` (GRPO: a surrogate or clip options at inner_iterations 1)."""
+        return [f"arms.{name}: {line}" for name, arm in self.arms.items()
+                for line in getattr(method_class(arm.method), "warnings", lambda config: [])(arm.config)]
 
     def pooled_draws(self) -> tuple[int, ...]:
         """The evaluation draws the verdicts pool: ``analysis.draws``, else every draw."""

@@ -308,6 +308,7 @@ def method_family(name):
 
 
 def make_method(name: str, policy, options: dict | None, seed: int) -> Any:
-    """Look up ``name``, validate ``options`` against its config dataclass, and set it up."""
-    cls = get_method(name)
+    """Look up ``name`` (registered or 'package.module:Name', as ``method_class``), validate ``options`` against its
+    config dataclass, and set it up; ConfigError for an unknown method or a bad option."""
+    cls = method_class(name)
     return cls(policy, build(cls.Config, options, where=f"optimizer[{name}]"), seed)

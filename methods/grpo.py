@@ -22,7 +22,8 @@ in ``skipped_steps`` (cumulative over the run). ``max_skipped_steps`` consecutiv
 
 Vanilla ``grpo`` uses the ``ar`` estimator: causal attention, the logit at j-1 scores token j. It is
 exact for an AR model and mismatched with the block-diffusion sampler: the baseline arm.
-Variants (``diffu_grpo``, ``block_grpo``) change only the estimator (``_estimator``).
+Variants (``diffu_grpo``, ``block_grpo``) change only the estimator (``_estimator``); a variant of the update
+rule (dual-clip, say) overrides ``GRPO.surrogate``, the min(...) term above.
 
 Distributed: with torch.distributed initialised (``accelerate launch`` or torchrun), every rank
 receives the same prompt batch, takes prompts rank::world, and gradients are summed across ranks
@@ -115,19 +116,25 @@ def group_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> torch
 LOG_RATIO_BOUND = 20.0
 
 
-def clipped_objective(logp, old_logp, ref_logp, advantages, units, config: GRPOConfig):
+def clipped_surrogate(ratio, advantages, config: GRPOConfig):
+    """PPO's clipped surrogate per unit, min(ρ A, clip(ρ, 1-ε, 1+ε_high) A): what GRPO maximises."""
+    high = config.clip_eps if config.clip_eps_high is None else config.clip_eps_high
+    return torch.minimum(ratio * advantages, ratio.clamp(1 - config.clip_eps, 1 + high) * advantages)
+
+
+def clipped_objective(logp, old_logp, ref_logp, advantages, units, config: GRPOConfig, surrogate=None):
     """Per-unit GRPO loss terms (n, U) and the ratios; the update rule of every GRPO variant.
 
+    ``surrogate(ratio, advantages)``: the term to maximise, from the ratios (n, U) and the advantages (n, 1);
+    ``clipped_surrogate`` if None. A step passes its method's ``GRPO.surrogate``, which a variant overrides.
     Log-ratios are clamped to ±LOG_RATIO_BOUND before exp. In ρ the clamp stops the gradient (a
     clamped ρ is constant, as a clipped one is). k3 continues beyond the bound along its tangent,
     so a clamped unit keeps a finite gradient (e^20 - 1 at most) pulling it back to the reference.
     """
     bound = LOG_RATIO_BOUND
     ratio = torch.exp((logp - old_logp).clamp(-bound, bound))
-    high = config.clip_eps if config.clip_eps_high is None else config.clip_eps_high
     a = advantages[:, None]
-    surrogate = torch.minimum(ratio * a, ratio.clamp(1 - config.clip_eps, 1 + high) * a)
-    loss = -surrogate
+    loss = -(surrogate(ratio, a) if surrogate else clipped_surrogate(ratio, a, config))
     kl = torch.zeros_like(logp)
     if ref_logp is not None:
         delta = ref_logp - logp
@@ -201,6 +208,27 @@ class GRPO:
     def _estimator(self) -> tuple[str, dict]:
         """The estimator's name and every one of its options, as the config holds them (and checked them)."""
         return "ar", {}
+
+    def surrogate(self, ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+        """The per-unit term the update maximises, from the ratios ρ (n, U) and the advantages (n, 1): PPO's clipped
+        surrogate. A variant overrides it (docs/extending.md: dual-clip); the clamp of ρ, the KL term and the
+        aggregation stay the core's. At ``inner_iterations: 1`` ρ is exactly 1: no override can act (``warnings``)."""
+        return clipped_surrogate(ratio, advantages, self.config)
+
+    @classmethod
+    def warnings(cls, config: GRPOConfig) -> list[str]:
+        """Valid settings that cannot change a run: at ``inner_iterations: 1`` θ_old is θ, ρ = 1 exactly, so a
+        subclass's ``surrogate`` and the clip options do nothing, and the run is bit-identical to plain GRPO's."""
+        if config.inner_iterations > 1:
+            return []
+        inert = [f"the surrogate of {cls.__module__}:{cls.__qualname__}"] if cls.surrogate is not GRPO.surrogate else []
+        inert += [f"{name}: {getattr(config, name)}" for name in ("clip_eps", "clip_eps_high")
+                  if getattr(config, name) != getattr(GRPOConfig, name)]
+        if not inert:
+            return []
+        return [f"with inner_iterations: 1 every ratio is exactly 1, so {' and '.join(inert)} cannot change the "
+                "update (the run is, bit for bit, what it would be without them); set inner_iterations >= 2 to let "
+                "the ratios move"]
 
     # ---------------------------------------------------------------------------------------
     def _score(self, batch, key, grad: bool, policy=None) -> likelihood.Estimate:
@@ -276,7 +304,7 @@ class GRPO:
                 old_logp = est.logp.detach() if it == 0 else old[it][j]
                 ref = refs[it][j]
                 terms, ratio, kl = clipped_objective(est.logp, old_logp, ref, rollout.advantages[part], est.units,
-                                                     config)
+                                                     config, self.surrogate)
                 if config.loss_aggregation == "token_mean":
                     loss = terms.sum() / rollout.normaliser
                 else:

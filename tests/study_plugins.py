@@ -3,9 +3,12 @@ import math
 import os
 from dataclasses import dataclass
 
+import torch
+
 from arena.config import Checked
 from methods.base import MethodConfig
 from methods.block_grpo import BlockGRPO
+from methods.grpo import GRPO, GRPOConfig
 from rewards.noisy_arithmetic import NoisyArithmeticTask
 
 
@@ -90,3 +93,23 @@ class PlainConfigMethod:
     """A method whose Config is a checked dataclass but no MethodConfig: arena cannot ask it what it needs."""
 
     Config = PlainConfig
+
+
+@dataclass
+class DualClipConfig(GRPOConfig):
+    dual_clip: float = 3.0  # c > 1: a negative advantage's term never goes below c A
+
+    def problems(self):
+        yield from super().problems()
+        if not self.dual_clip > 1:
+            yield "dual_clip", f"must be > 1, got {self.dual_clip!r}"
+
+
+class DualClipGRPO(GRPO):
+    """GRPO with dual-clip PPO (Ye et al. 2020): the variant of docs/extending.md, by overriding ``surrogate``."""
+
+    Config = DualClipConfig
+
+    def surrogate(self, ratio, advantages):
+        clipped = super().surrogate(ratio, advantages)
+        return torch.where(advantages < 0, torch.maximum(clipped, self.config.dual_clip * advantages), clipped)

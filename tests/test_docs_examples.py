@@ -28,11 +28,12 @@ def test_the_plugin_study_runs_end_to_end(tmp_path, monkeypatch, capsys):
     study = yaml.safe_load(STUDY.read_text())
     study["budget"]["amount"] = 16  # one step per arm, evaluated at 0 and 16: the file as shipped, smaller
     study["evaluation"] |= {"prompts": 8, "points": 2}
+    study["controls"] = []  # the plugins' test, not the controls'
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study))
     # the arm that uses both plugins (es is a built-in, run by tests/test_runner.py)
     assert main(["run", str(path), "--jobs", "1", "--only", "arm=sign_sgd"]) == 0, capsys.readouterr().err
-    assert "1 runs finished" in capsys.readouterr().out
+    assert "1 run finished, 0 already finished (skipped), 0 failed" in capsys.readouterr().out
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.get_experiment_by_name(study["name"])
@@ -58,6 +59,44 @@ def test_the_plugin_method_honours_the_method_contract(monkeypatch):
     contract.test_step_reports_the_common_statistics("sign_sgd")
     contract.test_lora_moves_only_the_adapter("sign_sgd")
     contract.test_unknown_options_are_named("sign_sgd")
+
+
+def test_the_readmes_python_example_runs_and_prompts_through_the_tokenizer(monkeypatch, capsys):
+    """README.md's method-from-Python snippet takes a step, and builds its prompts with the policy's tokenizer, so
+    that a Fast-dLLM v2 model gets its chat template (the tiny model has none: the prompt text shows nothing)."""
+    from rewards import get_task
+
+    seen = []
+    task_class = type(get_task("arithmetic"))
+    original = task_class.prompt
+    monkeypatch.setattr(task_class, "prompt", lambda self, example, tokenizer=None: seen.append(tokenizer)
+                        or original(self, example, tokenizer))
+    block = re.search(r"Using a method from Python:\n\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    namespace = {}
+    exec(block.group(1), namespace)
+    assert len(seen) == 8 and all(tokenizer is namespace["policy"].tokenizer for tokenizer in seen)
+    assert "Consumption(samples=48" in capsys.readouterr().out
+
+
+def test_the_dual_clip_example_of_extending_md_is_the_tested_plugin():
+    """docs/extending.md's dual-clip GRPO, run as written, computes what tests/study_plugins.py's does: PPO's term
+    except where a negative advantage meets a ratio above the clip, which the dual clip bounds at c A."""
+    import torch
+
+    import study_plugins
+    from arena.model.tiny import build_policy
+    from conftest import SMALL
+
+    block = next(code for code in re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "extending.md").read_text(), re.S)
+                 if "class DualClipGRPO" in code)
+    namespace = {}
+    exec(block, namespace)
+    ratio, advantages = torch.tensor([[0.5, 1.0, 5.0]] * 2), torch.tensor([[-1.0], [1.0]])
+    terms = [cls(build_policy(SMALL), cls.Config(), 0).surrogate(ratio, advantages)
+             for cls in (namespace["DualClipGRPO"], study_plugins.DualClipGRPO, study_plugins.GRPO)]
+    assert torch.equal(terms[0], terms[1])
+    torch.testing.assert_close(terms[0], torch.tensor([[-0.8, -1.0, -3.0], [0.5, 1.0, 1.2]]))
+    assert terms[2][0, 2] == -5.0  # plain GRPO: the unclipped ρ A for a negative advantage
 
 
 ENVIRONMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S*")  # VAR=value before a command

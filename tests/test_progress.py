@@ -19,6 +19,7 @@ STUDY = {
     "evaluation": {"prompts": 8, "samples": 2, "points": 3, "max_new_tokens": 8, "alphas": [0.5], "primary_alpha": 0.5},
     "budget": {"unit": "samples", "amount": 16},
     "seeds": [0, 1],
+    "controls": [],
     "arms": {"block_grpo": {"method": "block_grpo", "options": {"group_size": 4, "max_new_tokens": 8}}},
 }
 ESCAPES = ("\r", "\x1b")  # a redrawn bar's carriage return; cursor movement and colours

@@ -16,7 +16,7 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
-from arena.cli import main
+from arena.cli import build_parser, main
 
 STUDY = {
     "name": "e2e",
@@ -26,6 +26,7 @@ STUDY = {
                    "primary_alpha": 0.5},
     "budget": {"unit": "samples", "amount": 32},
     "seeds": [0, 1],
+    "controls": [],  # on by default; the tests that are about them list them
     "arms": {
         "block_grpo": {"method": "block_grpo", "options": {"lr": 1e-4, "group_size": 4, "max_new_tokens": 8}},
         "es": {"method": "es", "options": {"population": 4, "max_new_tokens": 8, "sigma": 0.01, "alpha": 0.01}},
@@ -67,6 +68,11 @@ def test_a_study_lands_in_mlflow_with_aligned_curves_and_a_rerun_skips(in_tmp, c
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("arena run e2e: model tiny, profile none")
     assert "tail gain (α=0.5)" in out and "arena ui" in out and "arena report" in out
+    assert "controls: off (the study sets controls: [])" in out  # opted out: the table says why it has no controls
+    header = next(line for line in out.splitlines() if line.startswith("arm "))
+    promised = " ".join(build_parser()._subparsers._group_actions[0].choices["run"].description.split())
+    for column in re.split(r"\s{2,}", header):  # `arena run --help` describes each column the summary shows
+        assert column.split(" (")[0] in promised, (column, promised)
 
     client = client_for(in_tmp)
     runs, parents = children(client, "e2e")
@@ -172,6 +178,32 @@ def test_a_method_that_goes_non_finite_fails_its_run_naming_the_step_and_the_sta
     assert run.info.status == "FAILED"
 
 
+def test_a_corrupt_checkpoint_fails_its_run_naming_the_file_and_the_others_finish(in_tmp, capsys):
+    """An interrupted run whose checkpoint is garbage: its rerun fails with one line naming the run, the file and
+    the way out, the run ends FAILED, the other run finishes, the summary prints and the parent ends FAILED."""
+    study = {**STUDY, "arms": {"block_grpo": STUDY["arms"]["block_grpo"]}}
+    path = write(in_tmp, study)
+    assert main(["run", str(path), "--jobs", "1", "--only", "seed=0"]) == 0
+    client = client_for(in_tmp)
+    (interrupted,), _ = children(client, "e2e")
+    client.set_terminated(interrupted.info.run_id, "KILLED")  # as Ctrl-C leaves it: resumable
+    (checkpoint,) = (in_tmp / ".arena").glob("e2e/block_grpo/seed0-*/checkpoint.pt")
+    checkpoint.write_bytes(np.random.default_rng(0).bytes(5000))
+    capsys.readouterr()
+
+    assert main(["run", str(path), "--jobs", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert "1 run finished, 0 already finished (skipped), 1 failed" in out and "tail gain (α=0.5)" in out
+    relative = checkpoint.relative_to(in_tmp)
+    assert (f"  block_grpo seed 0: ResumeError: cannot resume from {relative} (UnpicklingError: " in err
+            and "delete that file to start this run over, or rerun with --force --only arm=block_grpo,seed=0" in err)
+    assert "Traceback" not in err
+    runs, parents = children(client, "e2e")
+    status = {r.data.tags["arena.seed"]: r.info.status for r in runs}
+    assert status == {"0": "FAILED", "1": "FINISHED"}
+    assert max(parents, key=lambda r: r.info.start_time).info.status == "FAILED"
+
+
 def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_curve(tmp_path):
     """SIGKILL in a subprocess after the first training evaluation; the rerun continues from that
     checkpoint; every metric has each step exactly once, with the values of an uninterrupted run."""
@@ -264,6 +296,16 @@ def test_dry_run_prints_the_plan_without_loading_a_model(in_tmp, capsys, monkeyp
     out = capsys.readouterr().out
     assert "study e2e: 4 runs, budget 32 samples per run" in out and "samples = 0, 16, 32" in out
     assert out.count("block_grpo ") >= 2 and not (in_tmp / "mlflow.db").exists()
+
+
+def test_only_with_a_misspelt_arm_suggests_the_arm_and_a_missing_seed_lists_the_seeds(in_tmp, capsys):
+    path = write(in_tmp, STUDY)
+    assert main(["run", str(path), "--only", "arm=blockgrpo", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (f"arena run: error: --only arm=blockgrpo: {path} has no arm 'blockgrpo'; "
+                                       "did you mean 'block_grpo'?\n")
+    assert main(["run", str(path), "--only", "arm=es,seed=7", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (f"arena run: error: --only arm=es,seed=7: no run of {path} matches "
+                                       "(its seeds: 0, 1)\n")
 
 
 def test_the_plan_keeps_its_columns_under_a_long_arm_name(in_tmp, capsys):

@@ -77,6 +77,19 @@ def test_missing_weights_are_one_clear_error_before_anything_runs(tmp_path, caps
     assert not (tmp_path / "mlflow.db").exists()  # nothing started
 
 
+def test_a_model_directory_that_is_no_checkpoint_is_one_error_before_any_run(tmp_path, capsys, monkeypatch):
+    """Checked by its config and tokenizer before the tracking store is opened: no parent run, no experiment."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "study.yaml").write_text("arms: {a: {method: grpo}}\n")
+    (tmp_path / "downloads").mkdir()
+    assert main(["run", "study.yaml", "--model", str(tmp_path / "downloads")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"arena run: error: {tmp_path / 'downloads'} holds no config.json: not a Fast-dLLM v2 checkpoint "
+                   "directory (--model tiny is the embedded tiny model)\n")
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 def test_ui_serves_the_study_store(tmp_path, monkeypatch, capsys):
     import os
 
@@ -90,6 +103,23 @@ def test_ui_serves_the_study_store(tmp_path, monkeypatch, capsys):
     (argv,) = calls
     assert argv[1:4] == ["-m", "mlflow", "ui"] and f"sqlite:///{tmp_path / 'runs.db'}" in argv and "5123" in argv
     assert "open http://127.0.0.1:5123\n" in capsys.readouterr().out  # no store yet: the UI's front page
+
+
+def test_ui_on_a_busy_port_is_one_error_naming_it_and_starts_nothing(tmp_path, monkeypatch, capsys):
+    import os
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(os, "execvp", lambda program, argv: pytest.fail("the UI must not start on a busy port"))
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert main(["ui", "--port", str(port)]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"arena ui: error: --port {port}: 127.0.0.1:{port} is in use (")
+    assert "choose another port with --port N" in err and len(err.splitlines()) == 1 and "open http" not in out
 
 
 def test_the_studys_at_block_sets_shared_sections_for_its_profile_only(tmp_path):

@@ -115,6 +115,13 @@ def test_defaults_and_a_seed_count(tmp_path):
     assert study.task == TaskSpec("noisy_arithmetic", (1,))
 
 
+def test_controls_are_on_unless_a_study_opts_out_and_never_change_a_runs_hash(tmp_path):
+    study = load_study(write(tmp_path, VALID))
+    assert study.controls == ("frozen", "sharpen")
+    off = load_study(write(tmp_path, VALID + "controls: []\n", "off.yaml"))
+    assert off.controls == () and [r.config_hash for r in off.runs()] == [r.config_hash for r in study.runs()]
+
+
 def test_a_run_holds_its_arms_config_built_once(tmp_path, monkeypatch):
     study = load_study(write(tmp_path, VALID))
     built = []
@@ -402,6 +409,30 @@ def test_an_import_path_task_and_method_work(tmp_path):
                             f"{path}:4: arms.a.options.lr: must be > 0, got 0"]
 
 
+def test_a_surrogate_or_clip_options_that_cannot_act_at_one_inner_iteration_are_a_warning(tmp_path, capsys):
+    """At inner_iterations 1 every ratio is exactly 1: a GRPO variant's surrogate and the clip options change
+    nothing, so `arena validate` says so (and still passes); at 2 they act, and nothing is said."""
+    from arena.cli import main
+
+    text = arms("""\
+        grpo: {method: grpo}
+        dual: {method: 'study_plugins:DualClipGRPO'}
+        clip: {method: grpo, options: {clip_eps: 0.3}}
+        """)
+    path = write(tmp_path, text)
+    assert [line.split(":")[0] for line in load_study(path).warnings()] == ["arms.dual", "arms.clip"]
+    assert main(["validate", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert (f"arena validate: warning: {path}: arms.dual: with inner_iterations: 1 every ratio is exactly 1, so the "
+            "surrogate of study_plugins:DualClipGRPO cannot change the update (the run is, bit for bit, what it would "
+            "be without them); set inner_iterations >= 2 to let the ratios move") in err
+    assert f"{path}: arms.clip: with inner_iterations: 1 every ratio is exactly 1, so clip_eps: 0.3 cannot" in err
+    acting = write(tmp_path, text.replace("{method: grpo}", "{method: grpo, options: {inner_iterations: 2}}")
+                   .replace("DualClipGRPO'}", "DualClipGRPO', options: {inner_iterations: 2}}")
+                   .replace("clip_eps: 0.3}", "clip_eps: 0.3, inner_iterations: 2}"), "acting.yaml")
+    assert load_study(acting).warnings() == []
+
+
 def test_validate_takes_a_raw_dict_so_a_profile_can_rewrite_it_first():
     raw = yaml.safe_load(VALID)
     raw["model"], raw["arms"]["grpo"]["options"]["lr"] = "tiny", 3e-4
@@ -451,3 +482,20 @@ def test_every_place_that_lists_the_budget_units_agrees():
     row = next(line for line in (Path(__file__).parents[1] / "docs" / "studies.md").read_text().splitlines()
                if line.startswith("| `unit` |"))
     assert all(f"`{unit}`" in row for unit in UNITS), row
+
+
+def test_the_schema_tables_of_docs_studies_md_name_every_key():
+    """Each key a study may write has a row in its section's table of docs/studies.md (a row may name several)."""
+    import re
+    from pathlib import Path
+
+    from arena.study import SECTIONS, ArmSpec
+
+    text = (Path(__file__).parents[1] / "docs" / "studies.md").read_text().split("## The schema", 1)[1]
+    tables = {heading: re.findall(r"^\| (`[^|]*`) \|", body, re.M)
+              for heading, body in re.findall(r"^### (.+?)\n(.*?)(?=^##)", text, re.M | re.S)}
+    schema = {"Top level": Study, **{f"`{name}`": spec for name, spec in SECTIONS.items()}, "`arms`": ArmSpec}
+    missing = [f"{heading}: {f.name}" for heading, spec in schema.items() for f in dataclasses.fields(spec)
+               if f.name not in ("source_path", "profile")  # set by arena, not written
+               and not any(f"`{f.name}`" in cell for cell in tables.get(heading, []))]
+    assert not missing, missing

@@ -29,6 +29,7 @@ STUDY = {
     "evaluation": {"prompts": 8, "samples": 2, "points": 3, "max_new_tokens": 8, "alphas": [0.5], "primary_alpha": 0.5},
     "budget": {"unit": "samples", "amount": 16},
     "seeds": [0, 1],
+    "controls": [],
     "arms": {
         "block_grpo": {"method": "block_grpo", "options": {"lr": 1e-4, "group_size": 4, "max_new_tokens": 8}},
         "es": {"method": "es", "options": {"population": 4, "prompts_per_member": 2, "max_new_tokens": 8,

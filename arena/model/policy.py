@@ -123,11 +123,7 @@ def load_checkpoint(source: str, device: str | None = None, dtype: torch.dtype |
         from transformers import Qwen2ForCausalLM
         from transformers.utils import logging as hf_logging
 
-        fields = json.loads((path / "config.json").read_text())
-        if "bd_size" not in fields:
-            raise CheckpointError(f"{path / 'config.json'} has no 'bd_size': not a Fast-dLLM v2 checkpoint")
-        tokenizer = load_tokenizer(path)
-        mask_id, eos_id, block_size, sub_block = checked_fields(fields, tokenizer, path / "config.json")
+        fields, tokenizer, (mask_id, eos_id, block_size, sub_block) = read_header(path)
         config = qwen2_config(fields)
         # The real config sets pad = <|im_end|>, which would freeze the stop token's embedding row
         # (nn.Embedding padding_idx gets no gradient); use the tokenizer's own pad token instead.
@@ -149,13 +145,40 @@ def load_checkpoint(source: str, device: str | None = None, dtype: torch.dtype |
     except CheckpointError:
         raise
     except Exception as error:
-        raise CheckpointError(
-            f"could not read the checkpoint in {path}: {type(error).__name__}: {error}. "
-            "Use --model tiny for the embedded tiny model."
-        ) from error
+        raise unreadable(path, error) from error
     model.to(device).eval()
     return Policy(model=model, tokenizer=tokenizer, mask_id=mask_id, eos_id=eos_id, pad_id=int(pad_id),
                   block_size=block_size, sub_block=sub_block, source=str(path))
+
+
+def read_header(path: Path):
+    """config.json's fields, the tokenizer, and (mask id, stop id, block size, sub-block) checked against each other
+    (``checked_fields``), of the checkpoint in ``path``: all of it but the weights."""
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"{path} holds no config.json: not a Fast-dLLM v2 checkpoint directory (--model tiny "
+                              "is the embedded tiny model)")
+    fields = json.loads((path / "config.json").read_text())
+    if "bd_size" not in fields:
+        raise CheckpointError(f"{path / 'config.json'} has no 'bd_size': not a Fast-dLLM v2 checkpoint")
+    tokenizer = load_tokenizer(path)
+    return fields, tokenizer, checked_fields(fields, tokenizer, path / "config.json")
+
+
+def check_checkpoint(source: str) -> None:
+    """``CheckpointError`` unless ``source`` is a Fast-dLLM v2 checkpoint as far as its config and tokenizer say,
+    without reading its weights (``load_checkpoint`` reads and checks them): cheap enough before any run starts."""
+    path = resolve_checkpoint(source)
+    try:
+        read_header(path)
+    except CheckpointError:
+        raise
+    except Exception as error:
+        raise unreadable(path, error) from error
+
+
+def unreadable(path: Path, error: Exception) -> CheckpointError:
+    return CheckpointError(f"could not read the checkpoint in {path}: {type(error).__name__}: {error}. "
+                           "Use --model tiny for the embedded tiny model.")
 
 
 def _count(value) -> int | None:

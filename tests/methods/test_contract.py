@@ -3,6 +3,7 @@ automatically. Each takes a step on the tiny model, reports consumption, changes
 parameters, keeps its statistics finite, and round-trips its state so that a resumed run continues
 exactly as an uninterrupted one. Every method reports the common statistics with one meaning."""
 import copy
+import io
 import math
 import statistics
 
@@ -49,8 +50,11 @@ def test_step_consumes_changes_and_round_trips(method_name):
     assert after.keys() == before.keys() and len(after) > 0
     assert any(not torch.equal(before[n], after[n]) for n in after), "no trainable parameter moved"
 
-    # resume: a fresh method on a copy of the policy, loaded from the state, continues identically
-    state = copy.deepcopy(method.state_dict())
+    # resume: a fresh method on a copy of the policy, loaded from the state, continues identically; the state
+    # is tensors, dicts, lists and numbers, so a checkpoint of it loads without unpickling code (weights_only)
+    saved = io.BytesIO()
+    torch.save(method.state_dict(), saved)
+    state = torch.load(io.BytesIO(saved.getvalue()), weights_only=True)
     twin_policy = copy.deepcopy(policy)
     twin = make_method(method_name, twin_policy, SMOKE.get(method_name), seed=0)
     twin.load_state_dict(state)

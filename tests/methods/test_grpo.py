@@ -43,6 +43,28 @@ def test_each_method_raises_a_toy_reward():
         assert after > before + 0.3, f"{name}: fresh reward {before:.3f} -> {after:.3f}"
 
 
+def test_a_dual_clip_subclass_changes_the_update_only_once_the_ratio_leaves_1():
+    """A variant overrides ``GRPO.surrogate`` (tests/study_plugins.py, named by import path as a study names it):
+    at inner_iterations 1 every ratio is 1 and it trains bit for bit as GRPO; at 2 the second iteration's ratios
+    move (up to 25 here), and the dual clip bounds the negative advantages' terms: another loss, other weights."""
+    for mu, same in ((1, True), (2, False)):
+        trained = []
+        for name in ("grpo", "study_plugins:DualClipGRPO"):
+            policy = sharpen(build_policy(SMALL), std=0.1)
+            method = make_method(name, policy, {**FAST, "inner_iterations": mu}, seed=0)
+            result = method.step([policy.encode(p) for p in PROMPTS], digit_share, step=0)
+            trained.append((result.stats["loss"], [p.detach().clone() for p in policy.model.parameters()]))
+        (loss, weights), (dual_loss, dual_weights) = trained
+        assert (loss == dual_loss) is same and all(map(torch.equal, weights, dual_weights)) is same, mu
+
+
+def test_make_method_takes_an_import_path_and_names_an_unknown_method():
+    assert type(make_method("study_plugins:DualClipGRPO", build_policy(SMALL), {"dual_clip": 2.0}, 0)).__name__ == \
+        "DualClipGRPO"
+    with pytest.raises(ConfigError, match="unknown method 'sgd'; known methods: block_grpo"):
+        make_method("sgd", build_policy(SMALL), {}, 0)
+
+
 def test_inner_iterations_draw_fresh_masks_shared_by_theta_and_theta_old(monkeypatch):
     calls = []
     original = likelihood.Scorer.__call__
