@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -157,20 +158,27 @@ def run_all_ray(study, runs, tracker, parent_id: str, workdir: Path, placement: 
 # ---------------------------------------------------------------------------------------------
 # the printed summary, read back from MLflow (so a study run partly earlier, elsewhere, counts too)
 
-def summary_table(study, tracker) -> str:
+def summary_tables(study, tracker, width: int | None = None) -> tuple[str, str]:
     """The study's table as ``arena report`` computes it (``arena.report.comparison.rows``): per arm and control,
     the tail gain with its interval over seeds and evaluation draws, the gain over sharpening, the hard gain,
-    the verdict against the reference; read back from MLflow, so runs finished earlier or elsewhere count too."""
+    the verdict against the reference, then the arms at matched decoding; read back from MLflow, so runs finished
+    earlier or elsewhere count too. Twice: as a table, and laid out for a terminal ``width`` columns wide."""
     from arena.report import comparison, tables
     from arena.report.records import ReportError, read_results
 
     try:
         results = read_results(tracker, study)
     except ReportError as error:
-        return f"no summary: {error}"
+        return (f"no summary: {error}",) * 2
     off = ("" if study.controls else "\ncontrols: off (the study sets controls: []), so no row shows what the "
            "untrained start model (frozen) or its best temperature (sharpen) scores")
-    return tables.text(comparison.rows(results), comparison.setup(results), comparison.matched_rows(results)) + off
+    parts = comparison.rows(results), comparison.setup(results), comparison.matched_rows(results)
+    return tables.text(*parts) + off, tables.text(*parts, width=width) + off
+
+
+def terminal_width() -> int | None:
+    """The columns of the terminal the summary is printed to; None for a file or a pipe (nothing wraps there)."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,8 +334,8 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
     runs_word = "run" if done["finished"] == 1 else "runs"
     print(f"\n{done['finished']} {runs_word} finished, {done['skipped']} already finished (skipped), {done['failed']} "
           f"failed, in {time.time() - started:.0f} s\n")
-    table = summary_table(study, tracker)
-    print(table)
+    table, printed = summary_tables(study, tracker, terminal_width())
+    print(printed)
     show_comparison(study, tracker, parent_id, table)
     print(f"\nlook further: arena ui {study.source_path}    arena report {study.source_path}")
     return outcomes

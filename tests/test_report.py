@@ -311,6 +311,21 @@ def test_every_mark_has_its_difference_and_verdict_and_the_curve_its_area(synthe
     assert "| block_grpo |" in section and "different" in section.split("| block_grpo |")[1].split("\n")[0]
 
 
+def test_the_printed_summary_fits_a_narrow_terminal_one_arm_at_a_time(synthetic):
+    """At 80 columns the summary's table (about 150 wide) is printed one arm per block, a line per number, with
+    every cell of the wide table; given no width (a file, a pipe) it stays a table."""
+    from arena.report import comparison, tables
+
+    rows, setup = synthetic.rows, comparison.setup(synthetic.results)
+    wide, narrow = tables.text(rows, setup), tables.text(rows, setup, width=80)
+    assert max(map(len, wide.splitlines())) > 80
+    assert all(len(line) <= 80 for line in narrow.splitlines()), narrow
+    for row in rows:
+        block = narrow.split(f"\n{row.arm}\n", 1)[1] if not narrow.startswith(row.arm) else narrow
+        assert f"{row.tail_gain.value:+.3f} [{row.tail_gain.low:+.3f}, {row.tail_gain.high:+.3f}]" in block
+        assert tables.verdict_cell(row, "holm") in block.split("\n\n")[0]
+
+
 def test_curve_bands_are_t_intervals_over_seeds_at_each_mark(synthetic):
     axis = synthetic.figures["mean_reward"].axes[0]
     for arm, curve, band in zip(ARMS, curves(synthetic.results, "eval/mean_reward", "samples"), bands_of(axis)):

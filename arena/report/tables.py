@@ -5,6 +5,7 @@ interval or test reads "n/a (why)", never a made-up number."""
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 
 from arena.report.stats import SEEDS_AND_EVALUATION, SEEDS_ONLY, Interval
@@ -346,16 +347,30 @@ def aligned(head: list[str], body: list[list[str]]) -> list[str]:
             for line in [head, *body]]
 
 
-def text(rows: list[Row], setup: Setup, matched: list[MatchedRow] = ()) -> str:
+def stacked(head: list[str], body: list[list[str]]) -> list[str]:
+    """The rows of a table for a narrow terminal: per row its first cell, then one indented line per other cell."""
+    width = max(map(len, head[1:]))
+    return [line for row in body for line in
+            [row[0], *(f"  {name:<{width}}  {cell}" for name, cell in zip(head[1:], row[1:]))]]
+
+
+def text(rows: list[Row], setup: Setup, matched: list[MatchedRow] = (), width: int | None = None) -> str:
     """The summary ``arena run`` prints: the same cells as summary.md, the columns a terminal has room for; then
-    the arms at matched decoding, when the study has the sharpen control."""
+    the arms at matched decoding, when the study has the sharpen control. A table wider than ``width`` (a narrow
+    terminal's) is printed one arm at a time instead, a line per number, so that nothing wraps."""
     keep = [0, 1, 2, 3, 4, 9, 13]
-    out = aligned([headers(setup)[i] for i in keep], [[cells(row, setup)[i] for i in keep] for row in rows])
+    tables = [([headers(setup)[i] for i in keep], [[cells(row, setup)[i] for i in keep] for row in rows])]
     if matched:
-        out += ["", MATCHED_TITLE + ":",
-                *aligned(MATCHED_HEADERS[:6], [matched_cells(row, setup.correction)[:6] for row in matched])]
-    return "\n".join(out + ["", f"intervals: {SEEDS_AND_EVALUATION} (docs/reporting.md); " + setup_lines(setup)[2][2:]]
-                     + ([f"at matched decoding: {matched_family(setup.correction)}"] if matched else []))
+        tables.append((MATCHED_HEADERS[:6], [matched_cells(row, setup.correction)[:6] for row in matched]))
+    layout = aligned if width is None or all(len(line) <= width for line in aligned(*tables[0])) else stacked
+    out = layout(*tables[0])
+    if matched:
+        out += ["", MATCHED_TITLE + ":", *layout(*tables[1])]
+    notes = [f"intervals: {SEEDS_AND_EVALUATION} (docs/reporting.md)", setup_lines(setup)[2][2:],
+             *([f"at matched decoding: {matched_family(setup.correction)}"] if matched else [])]
+    if layout is stacked:
+        notes = [textwrap.fill(note, width, subsequent_indent="  ") for note in notes]
+    return "\n".join(out + [""] + (notes if layout is stacked else ["; ".join(notes[:2]), *notes[2:]]))
 
 
 def arm_width(names) -> int:
