@@ -14,9 +14,10 @@ population of n is
     θ ← θ + (α/n) Σ_j c_j ε_j - αλθ         alpha_absorbs_sigma (default; Qiu et al.)
     θ ← θ + (α/(nσ)) Σ_j c_j ε_j - αλθ      otherwise (Salimans et al., evosax)
 
-with α constant, or α/√(t+1) at step t (``alpha_schedule: inverse_sqrt``, the classic Robbins-Monro decay):
-a run whose budget is several times the one its α was tuned at then takes the tuned steps early and smaller
-ones late, where a constant α keeps adding noise of the same size.
+with α constant, or, with ``alpha_decay_from: k``, α_t = α·min(1, √(k/(t+1))) at step t: the tuned α for the
+first k steps, then the classic 1/√t decay (k = 1 decays from the start). A run whose budget is several times the
+one its α was tuned at (k steps) then repeats the tuned run and takes smaller steps after it, where a constant α
+keeps adding noise of the same size.
 
 Relative noise (``sigma_scale: relative``). Every tensor t then takes σ·r_t and α·r_t in place of σ and α,
 r_t the RMS of θ_t at the start of the step: ES in the coordinates θ_t / r_t, where every tensor has
@@ -118,8 +119,8 @@ class ES:
         sigma: float = 1e-3  # noise scale σ (Qiu et al.)
         alpha: float = 5e-4  # step size α (Qiu et al.: σ/2, with 1/σ absorbed)
         alpha_absorbs_sigma: bool = True  # True: θ += (α/n)Σcε (Qiu); False: θ += (α/(nσ))Σcε (Salimans)
-        # null: α at every step; inverse_sqrt: α/√(t+1) at step t (a longer budget takes smaller late steps)
-        alpha_schedule: Literal["inverse_sqrt"] | None = field(default=None, metadata={IDENTITY_WHEN_SET: True})
+        # null: α at every step; k: α·min(1, √(k/(t+1))) at step t, the tuned α for k steps, then decaying as 1/√t
+        alpha_decay_from: int | None = field(default=None, metadata={IDENTITY_WHEN_SET: True})
         antithetic: bool = True  # mirrored pairs ±ε (Salimans et al., evosax)
         shaping: Literal["centered_rank", "zscore"] = "centered_rank"  # Salimans / Qiu
         weight_decay: float = 0.0  # λ in -αλθ (Salimans et al. use 0.005)
@@ -150,6 +151,8 @@ class ES:
                     yield name, f"must be >= 1, got {getattr(self, name)!r}"
             if self.prompts_per_member is not None and self.prompts_per_member < 1:
                 yield "prompts_per_member", f"must be >= 1 or null (all prompts), got {self.prompts_per_member!r}"
+            if self.alpha_decay_from is not None and self.alpha_decay_from < 1:
+                yield "alpha_decay_from", f"must be >= 1 (steps at the full α) or null, got {self.alpha_decay_from!r}"
             if self.samples_per_member < 1:
                 yield "samples_per_member", f"must be >= 1, got {self.samples_per_member!r}"
             elif self.samples_per_member > 1 and self.temperature == 0:
@@ -240,8 +243,9 @@ class ES:
     # ---- the update
 
     def step_size(self, step: int) -> float:
-        """α at step ``step`` (counted from 0): the configured α, or α/√(step+1) under ``inverse_sqrt``."""
-        return self.config.alpha / math.sqrt(step + 1) if self.config.alpha_schedule else self.config.alpha
+        """α at step ``step`` (counted from 0): the configured α, decayed after ``alpha_decay_from`` steps."""
+        k = self.config.alpha_decay_from
+        return self.config.alpha if k is None else self.config.alpha * min(1.0, math.sqrt(k / (step + 1)))
 
     @torch.no_grad()
     def apply_update(self, step: int, shaped: torch.Tensor) -> tuple[float, float | None]:

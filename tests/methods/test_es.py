@@ -407,21 +407,23 @@ def test_samples_per_member_decode_every_prompt_k_times_and_need_sampling():
         make_method("es", build_policy(SMALL), {"samples_per_member": 0}, seed=0)
 
 
-def test_inverse_sqrt_schedule_is_the_constant_update_at_alpha_over_root_t_plus_1():
-    """With the same fitnesses, the scheduled update at step t equals a constant-α ES's at α/√(t+1), to the bit
-    in fp32, weight decay included; at step 0 the two are one; and leaving the option out keeps the archived
-    config hashes (an ES run registered before the option existed is found again)."""
+def test_decayed_step_size_is_the_constant_update_at_the_decayed_alpha():
+    """With the same fitnesses, the update at step t under alpha_decay_from: k equals a constant-α ES's at
+    α·min(1, √(k/(t+1))), to the bit in fp32, weight decay included: the tuned α for k steps, then 1/√t; leaving
+    the option out keeps the archived config hashes (an ES run registered before it is found again)."""
     from arena.study import load_study
 
     shaped = torch.tensor([0.5, -0.5, 0.25, -0.25], dtype=torch.float64)
-    for step in (0, 3, 8):
+    for k, step, factor in ((1, 0, 1.0), (1, 3, 0.5), (4, 2, 1.0), (4, 15, 0.5)):
         moved = {}
-        for name, options in (("scheduled", {"alpha": 0.02, "alpha_schedule": "inverse_sqrt"}),
-                              ("constant", {"alpha": 0.02 / math.sqrt(step + 1)})):
+        for name, options in (("decayed", {"alpha": 0.02, "alpha_decay_from": k}),
+                              ("constant", {"alpha": 0.02 * factor})):
             policy = sharpen(build_policy(SMALL), std=0.1)
             method = make_method("es", policy, {**FAST, **options, "weight_decay": 0.01}, seed=0)
             method.apply_update(step, shaped)
             moved[name] = flat_trainable(policy)
-        assert torch.equal(moved["scheduled"], moved["constant"]), step
+        assert torch.equal(moved["decayed"], moved["constant"]), (k, step)
+    with pytest.raises(ConfigError, match="alpha_decay_from"):
+        make_method("es", build_policy(SMALL), {**FAST, "alpha_decay_from": 0}, seed=0)
     es = next(run for run in load_study("studies/confirm/es_vs_blockgrpo.yaml").runs() if run.arm == "es")
     assert es.seed == 20 and es.config_hash == "8ef113a8f610"  # archive/es_vs_blockgrpo_confirm, tagged so
