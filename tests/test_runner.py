@@ -327,11 +327,12 @@ def test_the_printed_summary_and_summary_md_show_the_same_numbers(in_tmp, capsys
                                                         "lr": 1e-4, "group_size": 4, "max_new_tokens": 8}}}}
     path = write(in_tmp, study)
     assert main(["run", str(path), "--jobs", "1"]) == 0
-    printed = capsys.readouterr().out.split("in ", 1)[1]
+    out = capsys.readouterr().out
+    printed = out[out.index("\narm "):]  # the closing table, after the runs' progress lines
     assert main(["report", str(path), "--out", str(in_tmp / "report")]) == 0
     capsys.readouterr()
     summary = (in_tmp / "report" / "summary.md").read_text()
-    main_table = summary.split("## Each evaluation draw")[0]  # the per-draw table follows (two draws)
+    main_table = summary.split("\n## ")[0]  # the matched, rank, per-mark and per-draw tables follow
     table = [line.split("|")[1:-1] for line in main_table.splitlines() if line.startswith("| ")][1:]
     assert [cells[0].strip() for cells in table] == ["block_grpo", "grpo", "frozen (control)", "sharpen (control)"]
     for cells in table:
