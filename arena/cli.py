@@ -63,6 +63,16 @@ def reach_target(text: str) -> tuple[str, str, float]:
 versus_target = _checked(lambda text: tuple(text.rsplit(":", 1)), lambda v: len(v) == 2 and all(v),
                          "STUDY.yaml:ARM, e.g. studies/confirm/multiblock.yaml:block_grpo")
 
+
+def table_columns(text: str) -> tuple[str, ...]:
+    from arena.report.tables import column_names
+
+    try:
+        return column_names(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 positive_int_list = _checked(lambda text: [int(part) for part in text.split(",")], lambda v: all(k >= 1 for k in v),
                              "positive integers separated by commas")
 
@@ -251,7 +261,8 @@ def add_report(commands) -> None:
         "Read the finished runs (and controls) of a study at its current configuration from MLflow\n"
         "(a study run earlier, elsewhere, or on a tracking server) and write into --out: tail-reward\n"
         "and mean-reward curves with 95% t bands over seeds, per-level curves, the final tail gain\n"
-        "per arm, the tail profile (PNG and PDF each), and summary.md / table.tex: each gain with its\n"
+        "per arm, the tail profile (PNG and PDF each, 3.4 in wide, a caption file beside each), and\n"
+        "summary.md / table.tex (its columns: --columns): each gain with its\n"
         "95% interval over seeds and evaluation draws, the gain over the sharpening control, and\n"
         "each arm's verdict against the reference (different / equivalent within the margin /\n"
         "inconclusive, Holm-adjusted). The files are also logged to the study's latest parent run.\n"
@@ -264,6 +275,10 @@ def add_report(commands) -> None:
                         help="the budget axis of the curves (default: the study's budget unit)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="folder for the report files (default: reports/<study name>)")
+    parser.add_argument("--columns", type=table_columns, default=None, metavar="NAME,...",
+                        help="table.tex's columns after the arm's, by short name, e.g. tail,over_sharpen,verdict, or "
+                             "all (the names: docs/reporting.md; summary.md always has every column) (default: a set "
+                             "that fits a two-column paper)")
     parser.add_argument("--plan", action="store_true",
                         help="print the seeds per arm and evaluation prompts each comparison needs (power planning) "
                              "instead of writing the report (default: write the report)")

@@ -214,7 +214,7 @@ def cmd_report(args) -> None:
             raise UserError(str(error)) from None
         return
     try:
-        report = write_study_report(study, tracker, out, args.x)
+        report = write_study_report(study, tracker, out, args.x, columns=args.columns)
     except ReportError as error:
         raise UserError(str(error)) from None
     print((out / "summary.md").read_text())

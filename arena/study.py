@@ -50,6 +50,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
         overrides: {train: {prompts_per_step: 32}}  # only the train section may differ per arm
         confounded_because: "ES ranks members on more prompts"  # lifts the one-variable rule
         seeds: null             # the arm's own seeds (a list or a count), e.g. more for a parity claim; null: seeds
+        label: null             # its name in figures and tables (presentation, in no config hash); null: es
 
 The one-variable rule: each arm other than the reference differs from it in exactly one variable.
 A different method is one variable whatever the options; with the same method, each option whose
@@ -247,8 +248,11 @@ class ArmSpec(Section):
     overrides: dict = field(default_factory=dict)  # {"train": {...}}
     confounded_because: str | None = None
     seeds: tuple[int, ...] | None = field(default=None, metadata={CONVERT: arm_seed_list})  # None: the study's
+    label: str | None = None  # the arm's name in reports (None: the arm's name); never part of a config hash
 
     def problems(self):
+        if self.label is not None and not self.label.strip():
+            yield "label", "must be a non-empty text (the arm's name in figures and tables), or null for the arm's name"
         if not self.method:
             yield "method", "required: a registered method or an import path 'package.module:Name'"
         else:
@@ -381,6 +385,10 @@ class Study(Section):
         """The evaluation draws the verdicts pool: ``analysis.draws``, else every draw."""
         return self.analysis.draws or tuple(range(self.evaluation.draws))
 
+    def labels(self) -> dict[str, str]:
+        """Each arm's and control's name in figures and tables: its ``label``, else its name."""
+        return {**{name: arm.label or name for name, arm in self.arms.items()}, **{c: c for c in self.controls}}
+
     def seeds_of(self, name: str) -> tuple[int, ...]:
         """Arm ``name``'s training seeds: its own, else the study's."""
         return self.arms[name].seeds or self.seeds
@@ -400,7 +408,8 @@ class Study(Section):
         arms = {name: {"method": arm.method, "options": plain(arm.config),
                        **({"overrides": plain(arm.overrides)} if arm.overrides else {}),
                        **({"confounded_because": arm.confounded_because} if arm.confounded_because else {}),
-                       **({"seeds": list(arm.seeds)} if arm.seeds else {})}
+                       **({"seeds": list(arm.seeds)} if arm.seeds else {}),
+                       **({"label": arm.label} if arm.label else {})}
                 for name, arm in self.arms.items()}
         body = {"name": self.name, "model": self.model, **{key: plain(getattr(self, key)) for key in SECTIONS},
                 "seeds": list(self.seeds), "reference": self.reference, "controls": list(self.controls), "arms": arms}

@@ -3,17 +3,21 @@ SQLite store (runs, tags, params, metrics and artifacts as arena/runner.py write
 the figures' lines and bands, the numbers against numpy and scipy computed here, one seed per arm, which runs
 are read, and the figures logged to the parent run."""
 import math
+import re
 
 import numpy as np
 import pytest
 import yaml
 from matplotlib.collections import PolyCollection
+from matplotlib.text import Text
 from mlflow.tracking import MlflowClient
+from PIL import Image
 from scipy import stats
 
 from arena.cli import main
 from arena.report.comparison import curves, write_study_report
 from arena.report.records import finished_runs
+from arena.report.stats import SEEDS_AND_EVALUATION, SEEDS_ONLY
 from arena.rng import name_key, numpy_generator
 from arena.study import load_study
 from arena.tracking import Tracker
@@ -25,9 +29,12 @@ DRIFT = {"grpo": 0.0, "block_grpo": 0.25, "es": 0.1}  # how far each arm lifts t
 SECONDS_PER_SAMPLE = {"grpo": 0.1, "block_grpo": 0.2, "es": 0.1}  # block_grpo twice as slow: a wall-clock panel
 FLOPS_PER_SAMPLE = {"grpo": 6e6, "block_grpo": 2e7, "es": 1e6}  # ES has no backward pass
 FIGURES = ("tail_reward", "mean_reward", "levels", "final_tail_gain", "tail_profile")
+CURVE_FIGURES = ("tail_reward", "mean_reward", "levels")
+DEFAULT_COLUMNS = ["arm", "seeds", r"tail gain ($\alpha$=0.25)", "vs reference (tail gain)", "verdict"]  # the docs' set
+LABELS = {"grpo": "GRPO", "block_grpo": "Block-GRPO (ELBO, 2 draws, lr 1e-4)", "es": "ES"}  # one long on purpose
 
 
-def study_file(folder, name: str, seeds: list[int]):
+def study_file(folder, name: str, seeds: list[int], labels: dict | None = None, file: str | None = None):
     study = {
         "name": name, "task": {"name": "noisy_arithmetic", "levels": [1, 2]}, "train": {"prompts_per_step": 4},
         "evaluation": {"prompts": PROMPTS, "samples": SAMPLES, "points": POINTS, "alphas": [ALPHA, 0.5],
@@ -37,7 +44,9 @@ def study_file(folder, name: str, seeds: list[int]):
                  "block_grpo": {"method": "block_grpo", "options": {"lr": 1e-4, "group_size": 4}},
                  "es": {"method": "es", "options": {"population": 4}}},
     }
-    path = folder / f"{name}.yaml"
+    for arm, label in (labels or {}).items():
+        study["arms"][arm]["label"] = label
+    path = folder / f"{file or name}.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     return path
 
@@ -98,11 +107,12 @@ def log_study(tracker, study) -> str:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """Two studies in one store: 'synthetic' (3 arms x 4 seeds) and 'single' (3 arms x 1 seed)."""
+    """Three studies in one store: 'synthetic' (3 arms x 4 seeds), 'pair' (3 arms x 2 seeds: t bands wider than
+    the reward range) and 'single' (3 arms x 1 seed)."""
     folder = tmp_path_factory.mktemp("report")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     studies = {name: load_study(study_file(folder, name, seeds)) for name, seeds in
-               (("synthetic", [0, 1, 2, 3]), ("single", [0]))}
+               (("synthetic", [0, 1, 2, 3]), ("pair", [0, 1]), ("single", [0]))}
     parents = {name: log_study(Tracker(uri, name), study) for name, study in studies.items()}
     return folder, uri, studies, parents
 
@@ -137,15 +147,17 @@ def test_the_command_writes_every_file_and_logs_them_to_the_parent_run(store, ca
     code = main(["report", str(folder / "synthetic.yaml"), "--tracking-uri", uri, "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 0 and "| arm | seeds |" in printed and f"logged to the parent run {parents['synthetic']}" in printed
-    expected = {f"{name}.{suffix}" for name in FIGURES for suffix in ("png", "pdf")} | {"summary.md", "table.tex"}
+    expected = ({f"{name}.{suffix}" for name in FIGURES for suffix in ("png", "pdf", "caption.txt")}
+                | {"summary.md", "table.tex"})
     assert {p.name for p in out.iterdir()} == expected
-    assert all((out / name).stat().st_size > 1000 for name in expected if not name.endswith((".md", ".tex")))
+    assert all((out / name).stat().st_size > 1000 for name in expected if name.endswith((".png", ".pdf")))
     assert (out / "tail_reward.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "tail_reward.pdf").read_bytes()[:4] == b"%PDF"
     logged = {a.path for a in MlflowClient(uri).list_artifacts(parents["synthetic"], "report")}
     assert logged == {f"report/{name}" for name in expected}
     table = (out / "table.tex").read_text()
     assert r"\toprule" in table and r"block\_grpo" in table and table.count(r" \\") == 1 + len(ARMS)
+    assert table_heads(out) == DEFAULT_COLUMNS  # the compact default, to fit a two-column paper's width
 
 
 def lines_of(axis, arms):
@@ -344,7 +356,8 @@ def test_one_seed_per_arm_reports_with_intervals_marked_unavailable(store, capsy
     assert main(["report", str(folder / "single.yaml"), "--tracking-uri", uri, "--out", str(out)]) == 0
     capsys.readouterr()
     summary = (out / "summary.md").read_text()
-    rows = [line for line in summary.splitlines() if line.startswith("| ") and "seeds" not in line]
+    main_table = summary.split("\n## ")[0]  # the sections below it (along the budget, ...) have rows of their own
+    rows = [line for line in main_table.splitlines() if line.startswith("| ") and "seeds" not in line]
     assert len(rows) == len(ARMS)
     # 5 intervals per arm (tail, hard and mean gain, AUC, mean reward); the others' difference and verdict too
     assert [line.count("n/a (1 seed)") for line in rows] == [5, 7, 7]
@@ -542,3 +555,168 @@ def test_the_setup_states_each_draws_levels_and_the_prompts_draws_share():
     for a, b in ((0, 1), (0, 2), (1, 2)):
         assert f"draws {a} and {b} share {len(prompts[a] & prompts[b])}" in shared
     assert len(prompts[1] & prompts[2]) > 500  # the overlap the docs state
+
+
+# ---------------------------------------------------------------------------------------------
+# paper-ready figures (issue 56, item 4)
+
+
+def pdf_width(path) -> float:
+    """The page width of a PDF in inches, from its MediaBox (points)."""
+    x0, _, x1, _ = map(float, re.search(rb"/MediaBox\s*\[([^\]]*)\]", path.read_bytes()).group(1).split())
+    return (x1 - x0) / 72
+
+
+def png_width(path) -> float:
+    """The width of a PNG in inches: its pixels at the dpi it records."""
+    image = Image.open(path)
+    return image.size[0] / image.info["dpi"][0]
+
+
+def assert_one_column(report):
+    """Every figure file 3.4 in wide (the PDFs measured 4.38-4.64 in when a long note widened the tight bounding
+    box), and nothing drawn outside the page: the drawn extent of every artist lies within the figure."""
+    for name, figure in report.figures.items():
+        for width in (pdf_width(report.directory / f"{name}.pdf"), png_width(report.directory / f"{name}.png")):
+            assert width == pytest.approx(3.4, abs=0.01), name
+        figure.canvas.draw()  # lay it out again at the canvas's dpi, which the measure below uses
+        drawn = figure.get_tightbbox(figure.canvas.get_renderer())
+        assert drawn.x0 >= -0.01 and drawn.x1 <= 3.41 and drawn.y0 >= -0.01, (name, drawn)
+        assert drawn.y1 <= figure.get_figheight() + 0.01, (name, drawn)
+
+
+@pytest.mark.parametrize("name", ["synthetic", "pair", "single"])
+def test_every_figure_is_one_column_wide_on_the_page(store, name):
+    assert_one_column(report_of(store, name))
+
+
+def texts(figure) -> list[str]:
+    return [text.get_text() for text in figure.findobj(Text) if text.get_text()]
+
+
+def test_the_statistical_note_is_a_caption_beside_each_figure_not_in_it(synthetic, store):
+    """Each figure's interval definition and seed count sit in <name>.caption.txt (a paper's \\caption), and
+    no text of a figure states an interval or a seed count; the curves' band is the t interval over seeds given
+    the draw, the final gain's the table's interval over seeds and evaluation draws."""
+    for name, figure in synthetic.figures.items():
+        caption = (synthetic.directory / f"{name}.caption.txt").read_text()
+        assert not any("95%" in text or "seed" in text for text in texts(figure)), (name, texts(figure))
+        if name in (*CURVE_FIGURES, "tail_profile"):
+            assert "mean over 4 seeds" in caption and SEEDS_ONLY in caption and "draw 0" in caption, name
+        else:
+            assert SEEDS_AND_EVALUATION in caption and "summary.md" in caption and "each seed" in caption
+    single = report_of(store, "single")
+    for name in CURVE_FIGURES:
+        assert "one seed per arm: no band" in (single.directory / f"{name}.caption.txt").read_text()
+
+
+def test_the_final_gain_whisker_is_the_tables_interval(store):
+    """The dot plot draws exactly the row's tail-gain interval (the table's), for each arm and control."""
+    for name in ("synthetic", "pair"):
+        report = report_of(store, name)
+        rows = {row.arm: row for row in report.rows}
+        axis = report.figures["final_tail_gain"].axes[0]
+        drawn = {c.get_label(): c.lines[2][0].get_segments()[0] for c in axis.containers}  # the whisker's ends
+        assert set(drawn) == set(rows)
+        for arm, ((low, _), (high, _)) in drawn.items():
+            assert (low, high) == pytest.approx((rows[arm].tail_gain.low, rows[arm].tail_gain.high)), arm
+
+
+def test_bands_and_intervals_of_rewards_stay_in_the_reward_range(store):
+    """With 2 seeds (t quantile 12.7) the t band of the tail reward reaches below 0 for a reward in [0, 1]: the
+    band drawn is the t interval over seeds clipped to the task's reward range, and so is the AUC's interval in
+    the table; gains are clipped to [-1, 1]."""
+    report = report_of(store, "pair")
+    clipped = 0
+    for key, name in (("eval/tail_reward", "tail_reward"), ("eval/mean_reward", "mean_reward")):
+        axis = report.figures[name].axes[0]
+        for arm, band in zip(ARMS, bands_of(axis)):
+            values = report.results.values(arm, key)
+            low, high = np.array([t_interval(values[:, j]) for j in range(values.shape[1])]).T
+            low, high = (np.where(np.isnan(bound), values[0], bound) for bound in (low, high))  # seeds agree: no spread
+            clipped += int(np.sum(low < 0) + np.sum(high > 1))
+            drawn = band.get_paths()[0].vertices[:, 1]
+            assert drawn.min() == pytest.approx(np.clip(low, 0, 1).min())
+            assert drawn.max() == pytest.approx(np.clip(high, 0, 1).max())
+    assert clipped, "the test needs a band that leaves [0, 1]"
+    summary = (report.directory / "summary.md").read_text()
+    areas_clipped = 0
+    for row in report.rows:
+        areas = np.trapezoid(report.results.values(row.arm, "eval/tail_reward"), MARKS, axis=1) / AMOUNT
+        low, high = t_interval(areas) if np.ptp(areas) else (areas[0], areas[0])  # scipy: nan without spread
+        areas_clipped += low < 0
+        assert (row.area.low, row.area.high) == pytest.approx((max(low, 0.0), min(high, 1.0)))
+        assert f"{row.area.value:.3f} [{max(low, 0.0):.3f}, {min(high, 1.0):.3f}]" in summary
+        assert -1 <= row.tail_gain.low <= row.tail_gain.high <= 1
+    assert areas_clipped, "the test needs an AUC interval that leaves [0, 1]"
+    gains = report.figures["tail_profile"].axes[1]
+    assert all(-1 <= v <= 1 for band in bands_of(gains) for v in band.get_paths()[0].vertices[:, 1])
+
+
+def test_a_zero_width_band_is_named_in_the_caption(synthetic):
+    """Where every seed of an arm has the same value the band has no width and nothing shows: the caption names
+    those points, found here from the logged values (the shared start at least, for every arm)."""
+    for key, name in (("eval/tail_reward", "tail_reward"), ("eval/mean_reward", "mean_reward")):
+        caption = (synthetic.directory / f"{name}.caption.txt").read_text()
+        agree = {arm: [MARKS[j] for j in range(POINTS) if np.ptp(synthetic.results.values(arm, key)[:, j]) == 0]
+                 for arm in ARMS}
+        common = sorted(set.intersection(*map(set, agree.values())))
+        assert common == [0]
+        said = f"every arm at {', '.join(map(str, common))} samples"
+        for arm in ARMS:
+            extra = [m for m in agree[arm] if m not in common]
+            if extra:
+                said += f"; {arm} at {', '.join(map(str, extra))} samples"
+        assert f"all seeds agree (a band of zero width, not drawn): {said}." in caption, caption
+
+
+def test_arm_labels_name_the_arms_in_every_legend_and_table_and_keep_the_runs(store, capsys):
+    """A study's arms with ``label:`` keep their config hashes (so the same runs are read) and show the labels in
+    every figure's legend and tick labels and in the tables' arm column; the figures stay one column wide with
+    a long label."""
+    folder, uri, studies, _ = store
+    path = study_file(folder, "synthetic", [0, 1, 2, 3], LABELS, file="labelled")
+    labelled = load_study(path)
+    assert [run.config_hash for run in labelled.runs()] == [run.config_hash for run in studies["synthetic"].runs()]
+    out = folder / "labelled-report"
+    assert main(["report", str(path), "--tracking-uri", uri, "--out", str(out), "--columns", "all"]) == 0
+    printed = capsys.readouterr().out
+    report = write_study_report(labelled, Tracker(uri, "synthetic"), folder / "labelled-direct", log=False)
+    assert [row.tail_gain.value for row in report.rows] == pytest.approx(
+        [row.tail_gain.value for row in report_of(store, "synthetic").rows])
+    for name in CURVE_FIGURES:
+        legend = report.figures[name].legends[0]
+        assert [text.get_text() for text in legend.get_texts()] == [LABELS[arm] for arm in ARMS]
+    dots = report.figures["final_tail_gain"].axes[0]
+    assert [label.get_text() for label in dots.get_yticklabels()] == [LABELS[arm] for arm in ARMS]
+    assert_one_column(report)
+    summary, table = (out / "summary.md").read_text(), (out / "table.tex").read_text()
+    for arm in ARMS:
+        assert f"| {LABELS[arm]} | 4 |" in summary and f"| {LABELS[arm]} | " in printed
+        assert f"\n{LABELS[arm]} & 4 & " in table
+
+
+def table_heads(out) -> list[str]:
+    lines = (out / "table.tex").read_text().splitlines()
+    return [cell.strip() for cell in lines[lines.index(r"\toprule") + 1].removesuffix(r"\\").split("&")]
+
+
+def test_the_table_columns_are_chosen_by_short_names(store, capsys):
+    """--columns tail,over_sharpen,verdict: those columns after the arm's; all: every column of summary.md; an
+    unknown name is a usage error that names it and lists the known ones."""
+    folder, uri, _, _ = store
+    out = folder / "columns"
+    base = ["report", str(folder / "synthetic.yaml"), "--tracking-uri", uri, "--out", str(out)]
+    assert main(base + ["--columns", "tail,over_sharpen,verdict"]) == 0
+    assert table_heads(out) == ["arm", r"tail gain ($\alpha$=0.25)", "over sharpen", "verdict"]
+    assert main(base + ["--columns", "all"]) == 0
+    summary = (out / "summary.md").read_text()
+    assert len(table_heads(out)) == 14 == summary.splitlines()[[l.startswith("| arm |") for l in
+                                                                 summary.splitlines()].index(True)].count("|") - 1
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(base + ["--columns", "tail,nonsense,Verdict"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "unknown column(s) 'nonsense', 'Verdict'" in err
+    assert "known: arm, seeds, tail, over_sharpen, hard, mean, se, sd, vs_reference, verdict, auc, mean_reward, " \
+        "budget, seconds, all" in err

@@ -107,6 +107,21 @@ def test_the_resolved_yaml_loads_again_into_the_same_runs(tmp_path):
     assert study.resolved_yaml().startswith("# resolved from ")
 
 
+def test_an_arm_label_names_it_in_reports_and_changes_no_hash(tmp_path):
+    """``label:`` is presentation: the runs and their hashes are those of the study without it, the resolved study
+    keeps it, the controls and unlabelled arms go by their names, and a label must be non-empty text."""
+    labelled = VALID.replace("method: es\n", "method: es\n    label: 'ES (σ = 0.01)'\n")
+    study, plain = load_study(write(tmp_path, labelled)), load_study(write(tmp_path, VALID, "plain.yaml"))
+    assert [r.config_hash for r in study.runs()] == [r.config_hash for r in plain.runs()]
+    assert validate(yaml.safe_load(study.resolved_yaml()), "again.yaml").arms["es"].label == "ES (σ = 0.01)"
+    assert study.labels() == {"block_grpo": "block_grpo", "grpo": "grpo", "es": "ES (σ = 0.01)",
+                              "frozen": "frozen", "sharpen": "sharpen"}  # the controls, on by default
+    assert errors(write(tmp_path, VALID.replace("method: es\n", "method: es\n    label: ' '\n"))) == [
+        f"{tmp_path / 'study.yaml'}:27: arms.es.label: must be a non-empty text (the arm's name in figures and "
+        "tables), or null for the arm's name"]
+    assert "arms.es.label" in errors(write(tmp_path, VALID.replace("method: es\n", "method: es\n    label: [a]\n")))[0]
+
+
 def test_defaults_and_a_seed_count(tmp_path):
     study = load_study(write(tmp_path, arms("only: {method: grpo}\n").replace("seeds: 1", "seeds: 4")))
     assert study.seeds == (0, 1, 2, 3) and study.model == "tiny" and study.reference == "only"

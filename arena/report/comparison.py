@@ -7,14 +7,19 @@ logged to the study's latest parent run (``report/``). What each file shows: doc
                               second panel against training seconds when the arms' speeds differ by > 10%
     mean_reward.{png,pdf}     mean reward against budget
     levels.{png,pdf}          mean reward per difficulty level (when the task has levels)
-    final_tail_gain.{png,pdf} final tail gain per arm and control: mean, 95% interval over seeds and evaluation
-                              draws, each seed (its gain averaged over the draws the verdicts pool)
+    final_tail_gain.{png,pdf} final tail gain per arm and control: mean, the table's 95% interval over seeds and
+                              evaluation draws, each seed (its gain averaged over the draws the verdicts pool)
     tail_profile.{png,pdf}    reward of the p-th worst prompt against p at the end (and at the start), and the
                               tail gain at every level p (lower CVaR at p, end minus start)
+    <figure>.caption.txt      each figure's caption: what its bands or whiskers are, over how many seeds
     summary.md, table.tex     the table per arm (arena.report.tables); summary.md also each evaluation draw alone
+
+Bands and intervals of a reward are cut to the task's reward range, those of a gain to the range a gain can take
+(``stats.clipped``).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +48,7 @@ class Report:
     results: Results
     logged_to: str | None = None  # the parent run the figures went to
     notes: list[str] = field(default_factory=list)
+    captions: dict[str, str] = field(default_factory=dict)  # name -> the caption written beside the figure
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,11 +63,26 @@ def x_values(results: Results, arm: str, x: str) -> np.ndarray:
     return results.values(arm, f"budget/{x}").mean(axis=0)
 
 
+@functools.cache
+def reward_range(task) -> tuple[float, float]:
+    """The rewards the task (a ``TaskSpec``) can give: its ``reward_range``, default (0, 1)."""
+    from rewards import load_task
+
+    low, high = getattr(load_task(task.name, task.levels), "reward_range", (0.0, 1.0))
+    return float(low), float(high)
+
+
+def gain_range(task) -> tuple[float, float]:
+    """The values a gain (a difference of two rewards, or of two means of rewards) can take."""
+    low, high = reward_range(task)
+    return low - high, high - low
+
+
 def curves(results: Results, key: str, x: str) -> list[Curve]:
-    """One curve per arm: mean over seeds of metric ``key`` and its pointwise t band over seeds."""
+    """One curve per arm: mean over seeds of metric ``key`` (a reward) and its pointwise t band over seeds."""
     out = []
     for arm in results.arms:
-        mean, low, high = stats.curve_band(results.values(arm, key))
+        mean, low, high = stats.curve_band(results.values(arm, key), reward_range(results.study.task))
         out.append(Curve(arm, x_values(results, arm, x), mean, low, high))
     return out
 
@@ -80,8 +101,11 @@ def statistics(study) -> dict[str, stats.Statistic]:
     return {"tail": stats.tail_gain(study.evaluation.primary_alpha), "hard": stats.hard_gain, "mean": stats.mean_gain}
 
 
-def gain(results: Results, arm: str, name: str) -> stats.Interval:
-    return stats.gain_interval(results.pooled(arm), statistics(results.study)[name], arm in results.controls)
+def gain(results: Results, arm: str, name: str, draws=None) -> stats.Interval:
+    """Statistic ``name``'s gain over ``draws`` (default: the pooled ones), its interval cut to a gain's range."""
+    draws = results.pooled(arm) if draws is None else draws
+    found = stats.gain_interval(draws, statistics(results.study)[name], arm in results.controls)
+    return stats.clipped(found, gain_range(results.study.task))
 
 
 def difference(results: Results, arm: str, other: str, name: str = "tail") -> stats.Interval:
@@ -162,14 +186,14 @@ def matched_rows(results: Results) -> list[tables.MatchedRow]:
     compared = judge({arm: stats.difference_interval(results.matched_pooled(arm), sharpen, tail, b_control=True)
                       for arm in matched}, results.study.analysis)
     return [tables.MatchedRow(arm, len(runs), [run.temperature for run in runs if run.temperature is not None],
-                              stats.gain_interval(results.matched_pooled(arm), tail) if arm in compared else None,
+                              gain(results, arm, "tail", results.matched_pooled(arm)) if arm in compared else None,
                               difference(results, arm, "sharpen"), compared.get(arm))
             for arm, runs in results.arms.items()]
 
 
 def row(results: Results, arm: str, compared: dict[str, tables.Comparison]) -> tables.Row:
     study, control = results.study, arm in results.controls
-    tail = results.pooled(arm)
+    tail, rewards = results.pooled(arm), reward_range(study.task)
     gains = stats.seed_gains(tail, statistics(study)["tail"]).mean(axis=1)
     sharpen = "sharpen" in results.controls and arm != "sharpen"
     return tables.Row(
@@ -178,9 +202,9 @@ def row(results: Results, arm: str, compared: dict[str, tables.Comparison]) -> t
         gain(results, arm, "hard"), gain(results, arm, "mean"),
         float(gains.std(ddof=1)) if len(gains) > 1 and not control else math.nan,
         stats.between_draw_sd(tail, statistics(study)["tail"]),
-        None if control else stats.t_interval(stats.area_under_curve(results.marks,
-                                                                      results.values(arm, "eval/tail_reward"))),
-        stats.t_interval(final(results, arm, "eval/mean_reward")) if not control
+        None if control else stats.clipped(stats.t_interval(stats.area_under_curve(
+            results.marks, results.values(arm, "eval/tail_reward"))), rewards),
+        stats.clipped(stats.t_interval(final(results, arm, "eval/mean_reward")), rewards) if not control
         else stats.Interval(float(final(results, arm, "eval/mean_reward")[0]), seeds=0),
         float(final(results, arm, f"budget/{study.budget.unit}").mean()),
         float(final(results, arm, "budget/seconds").mean()), compared.get(arm), arm == study.reference)
@@ -202,7 +226,7 @@ def draw_rows(results: Results, table: list[tables.Row]) -> list[tables.DrawRow]
     out = []
     for r in table:
         mine = results.draws(r.arm)
-        gains = [stats.gain_interval([draw], statistic, r.control) for draw in mine] + [r.tail_gain]
+        gains = [gain(results, r.arm, "tail", [draw]) for draw in mine] + [r.tail_gain]
         differences = None
         if reference and r.arm != reference:
             theirs = results.draws(reference)
@@ -221,7 +245,7 @@ def setup(results: Results) -> tables.Setup:
                                                               default=1),
                         study.analysis.margin, study.analysis.correction, study.analysis.level,
                         *tail_cover(results), (extra.prompts, extra.samples),
-                        study.pooled_draws(), draw_composition(study))
+                        study.pooled_draws(), draw_composition(study), study.labels())
 
 
 def draw_composition(study) -> list[str]:
@@ -259,16 +283,56 @@ def tail_cover(results: Results) -> tuple[int, int]:
     return count, len(union)
 
 
-def seed_note(results: Results) -> str:
+def seed_count(results: Results) -> str:
+    """How many seeds each trained arm has: "4", or "3–5" where the arms differ."""
     counts = sorted({len(seeds) for seeds in results.arms.values()})
-    if counts[-1] == 1:
-        return "one seed per arm: no band"
-    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    return f"mean over {n} seeds, {stats.SEEDS_ONLY}"
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+
+
+def agreeing(per_arm: dict[str, np.ndarray], labels: dict[str, str], where) -> list[str]:
+    """Where a band has zero width: ``per_arm[arm]`` is True at each point where every seed of the arm has the same
+    value, so that its band has no width and nothing shows there (as at the start every run shares). A point where
+    every arm agrees is named once; ``where(indices)`` words a list of points."""
+    if not any(mask.any() for mask in per_arm.values()):
+        return []
+    common = np.logical_and.reduce(list(per_arm.values()))
+    parts = [f"every arm at {where(np.flatnonzero(common))}"] if common.any() else []
+    return parts + [f"{labels[arm]} at {where(np.flatnonzero(mask & ~common))}" for arm, mask in per_arm.items()
+                    if (mask & ~common).any()]
+
+
+def zero_width(parts: list[str]) -> str:
+    """The caption's sentence on bands of zero width (``agreeing``); none without one."""
+    return f" Where all seeds agree (a band of zero width, not drawn): {'; '.join(parts)}." if parts else ""
+
+
+def band_caption(results: Results, keys: dict[str, str], labels: dict[str, str]) -> str:
+    """What a curve figure's lines and bands are, over how many seeds, and where a band has zero width; ``keys``:
+    the metric of each panel, by the name the caption gives it ("" with one panel)."""
+    if all(len(seeds) == 1 for seeds in results.arms.values()):
+        return " Lines: one seed per arm: no band."
+    low, high = reward_range(results.study.task)
+    unit = results.study.budget.unit.replace("_", " ")
+
+    def marks(indices):
+        return ", ".join(f"{results.marks[i]:g}" for i in indices) + f" {unit}"
+    banded = [arm for arm, seeds in results.arms.items() if len(seeds) > 1]
+    parts = [part + (f" ({name})" if name else "") for name, key in keys.items()
+             for part in agreeing({arm: np.ptp(results.values(arm, key), axis=0) == 0 for arm in banded}, labels,
+                                  marks)]
+    return (f" Lines: the mean over {seed_count(results)} seeds; bands: the {stats.SEEDS_ONLY} (draw 0, which "
+            f"every mark decodes), cut to the task's reward range [{low:g}, {high:g}].{zero_width(parts)}")
+
+
+def draw_zero_prompts(results: Results) -> str:
+    """The prompts every curve is measured on, in the captions' words."""
+    evaluation = results.study.evaluation
+    split = "held-out" if evaluation.split == "heldout" else "training"
+    return f"the {evaluation.prompts} {split} prompts of evaluation draw 0 ({evaluation.samples} samples each)"
 
 
 # ---------------------------------------------------------------------------------------------
-# figures
+# figures: each drawn with its caption
 
 
 def references(results: Results, key: str) -> dict[str, float]:
@@ -276,84 +340,125 @@ def references(results: Results, key: str) -> dict[str, float]:
     return {arm: float(final(results, arm, key)[0]) for arm in results.controls if arm == "sharpen"}
 
 
-def tail_figure(results: Results, x: str, colors: dict[str, str]):
+def control_caption(results: Results) -> str:
+    return " Dashed: the sharpening control (the start model at its best temperature; no training seed)." \
+        if "sharpen" in results.controls else ""
+
+
+def tail_figure(results: Results, x: str, colors: dict[str, str], labels: dict[str, str]):
     alpha = results.study.evaluation.primary_alpha
     ylabel = f"tail reward (α = {alpha:g})"
     lines = references(results, "eval/tail_reward")
     panels = [Panel(X_LABELS[x], ylabel, curves(results, "eval/tail_reward", x), references=lines)]
+    caption = (f"Tail reward (lower CVaR at α = {alpha:g}: the mean per-prompt reward of the worst {alpha:g} share "
+               f"of {draw_zero_prompts(results)}) against {X_LABELS[x]}.")
     if x != "seconds" and stats.speeds_differ(seconds_per_arm(results), SPEED_TOLERANCE):
         panels[0].title = f"at equal {x.replace('_', ' ')}"
         panels.append(Panel(X_LABELS["seconds"], ylabel, curves(results, "eval/tail_reward", "seconds"),
                             "at equal wall-clock", lines))
-    return figures.curves_figure(panels, colors, seed_note(results))
+        caption += (f" Bottom: the same points against training wall-clock (the arms' training seconds differ by "
+                    f"more than {SPEED_TOLERANCE:.0%}).")
+    caption += band_caption(results, {"": "eval/tail_reward"}, labels) + control_caption(results)
+    return figures.curves_figure(panels, colors, labels), caption
 
 
-def mean_figure(results: Results, x: str, colors: dict[str, str]):
-    return figures.curves_figure([Panel(X_LABELS[x], "mean reward", curves(results, "eval/mean_reward", x),
-                                        references=references(results, "eval/mean_reward"))], colors, seed_note(results))
+def mean_figure(results: Results, x: str, colors: dict[str, str], labels: dict[str, str]):
+    panel = Panel(X_LABELS[x], "mean reward", curves(results, "eval/mean_reward", x),
+                  references=references(results, "eval/mean_reward"))
+    caption = (f"Mean reward over {draw_zero_prompts(results)} against {X_LABELS[x]}."
+               + band_caption(results, {"": "eval/mean_reward"}, labels) + control_caption(results))
+    return figures.curves_figure([panel], colors, labels), caption
 
 
-def levels_figure(results: Results, x: str, colors: dict[str, str]):
-    panels = [Panel(X_LABELS[x], "mean reward", curves(results, f"eval/level{level}_mean_reward", x), f"level {level}")
-              for level in results.levels]
-    return figures.levels_figure(panels, colors, seed_note(results))
+def levels_figure(results: Results, x: str, colors: dict[str, str], labels: dict[str, str]):
+    keys = {f"level {level}": f"eval/level{level}_mean_reward" for level in results.levels}
+    panels = [Panel(X_LABELS[x], "mean reward", curves(results, key, x), name) for name, key in keys.items()]
+    caption = (f"Mean reward per difficulty level (one panel each) over the prompts of that level among "
+               f"{draw_zero_prompts(results)}, against {X_LABELS[x]}." + band_caption(results, keys, labels))
+    return figures.levels_figure(panels, colors, labels), caption
 
 
-def gain_figure(results: Results, rows: list[tables.Row], colors: dict[str, str]):
+def gain_figure(results: Results, rows: list[tables.Row], colors: dict[str, str], labels: dict[str, str]):
+    """The dots are the table's rows: the whisker is exactly the tail gain's interval in summary.md and table.tex."""
     statistic = statistics(results.study)["tail"]  # each seed's gain, averaged over the draws the interval pools
     dots = [Dot(r.arm, r.tail_gain.value, r.tail_gain.low, r.tail_gain.high,
                 stats.seed_gains(results.pooled(r.arm), statistic).mean(axis=1)) for r in rows]
-    alpha = results.study.evaluation.primary_alpha
-    note = f"mean, {stats.SEEDS_AND_EVALUATION}; circles: seeds" if any(r.tail_gain.has_interval for r in rows) \
-        else "one seed per arm: no interval"
-    return figures.dot_figure(dots, colors, f"tail gain at the end of the budget (α = {alpha:g})", note)
+    alpha, (low, high) = results.study.evaluation.primary_alpha, gain_range(results.study.task)
+    pooled = results.study.pooled_draws()
+    caption = (f"Tail gain (lower CVaR at α = {alpha:g}, end minus start) at the end of the budget, per arm and "
+               f"control (controls have no training seed). ")
+    if any(r.tail_gain.has_interval for r in rows):
+        caption += (f"Filled dot and whisker: the mean over {seed_count(results)} seeds and the "
+                    f"{stats.SEEDS_AND_EVALUATION} (the table's tail gain, summary.md), cut to [{low:g}, {high:g}]; open circles: each "
+                    f"seed's gain, averaged over evaluation draw{'s' if len(pooled) > 1 else ''} "
+                    f"{', '.join(map(str, pooled))}.")
+    else:
+        caption += "One seed per arm: no interval; open circles: each seed's gain."
+    xlabel = f"tail gain at the end of the budget (α = {alpha:g})"
+    return figures.dot_figure(dots, colors, labels, xlabel), caption
 
 
-def profile_figure(results: Results, colors: dict[str, str]):
+def profile_figure(results: Results, colors: dict[str, str], labels: dict[str, str]):
     """Top: the end profile per arm (each seed's per-prompt rewards sorted, then averaged over seeds) and the
     start profile. Bottom: the tail gain at every level p (lower CVaR at p, end minus start) per arm."""
     starts = {arm: stats.sorted_profiles([run.start for run in runs]) for arm, runs in results.arms.items()}
     ends = {arm: stats.sorted_profiles([run.end for run in runs]) for arm, runs in results.arms.items()}
     start = np.concatenate(list(starts.values())).mean(axis=0)  # one start for every run of a study
     count = len(start)
-    profiles, gains = [], []
+    profiles, gains, agree = [], [], {}
+    alpha, bounds = results.study.evaluation.primary_alpha, gain_range(results.study.task)
     for arm in results.arms:
         profiles.append(Curve(arm, (np.arange(count) + 0.5) / count, ends[arm].mean(axis=0)))
         gain = stats.tail_profiles(ends[arm]) - stats.tail_profiles(starts[arm])
-        gains.append(Curve(arm, np.arange(1, count + 1) / count, *stats.curve_band(gain)))
-    return figures.profile_figure(start, profiles, gains, colors, results.study.evaluation.primary_alpha,
-                                  seed_note(results))
+        gains.append(Curve(arm, np.arange(1, count + 1) / count, *stats.curve_band(gain, bounds)))
+        if len(gain) > 1:
+            agree[arm] = np.ptp(gain, axis=0) == 0
+
+    def levels(indices):
+        return (f"{len(indices)} of {count} levels p" if len(indices) > 4
+                else "p = " + ", ".join(f"{(i + 1) / count:.3g}" for i in indices))
+    caption = (f"Top: the reward of the p-th worst of {draw_zero_prompts(results)} against p at the end of the budget, per "
+               f"arm (each seed's per-prompt rewards sorted, then averaged over seeds), and at the start (grey, "
+               f"dashed). Bottom: the tail gain at every level p (lower CVaR at p, end minus start), the final tail "
+               f"gain on draw 0 at p = α = {alpha:g} (dotted) and the mean-reward gain at p = 1.")
+    caption += (" One seed per arm: no band." if not agree else
+                f" Lines: the mean over {seed_count(results)} seeds; bands: the {stats.SEEDS_ONLY}, cut to "
+                f"[{bounds[0]:g}, {bounds[1]:g}]." + zero_width(agreeing(agree, labels, levels)))
+    return figures.profile_figure(start, profiles, gains, colors, labels, alpha), caption
 
 
 # ---------------------------------------------------------------------------------------------
 # the report
 
 
-def write_study_report(study, tracker, directory: Path, x: str | None = None, log: bool = True) -> Report:
+def write_study_report(study, tracker, directory: Path, x: str | None = None, log: bool = True,
+                       columns: tuple[str, ...] | None = None) -> Report:
     """Read ``study``'s finished runs from ``tracker``, write the figures and tables into ``directory``, and
     log them to the study's latest parent run (``report/``) unless ``log`` is False. ``x``: the budget axis
-    of the curves (one of arena.budget.UNITS; default: the study's unit)."""
+    of the curves (one of arena.budget.UNITS; default: the study's unit); ``columns``: table.tex's
+    (``tables.COLUMN_NAMES``; default ``tables.PAPER_COLUMNS``; summary.md has every column)."""
     results = read_results(tracker, study)
     x = x or study.budget.unit
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     colors = figures.arm_colors([*study.arms, *study.controls])  # every arm: colours never shift with missing runs
+    labels = study.labels()
     table = rows(results)
     report = Report(directory, [], {}, table, results)
     with figures.style():
-        report.figures["tail_reward"] = tail_figure(results, x, colors)
-        report.figures["mean_reward"] = mean_figure(results, x, colors)
-        if results.levels:
-            report.figures["levels"] = levels_figure(results, x, colors)
-        report.figures["final_tail_gain"] = gain_figure(results, table, colors)
-        report.figures["tail_profile"] = profile_figure(results, colors)
-        for name, figure in report.figures.items():
-            report.paths += figures.save_figure(figure, directory, name)
+        drawn = {"tail_reward": tail_figure(results, x, colors, labels),
+                 "mean_reward": mean_figure(results, x, colors, labels),
+                 **({"levels": levels_figure(results, x, colors, labels)} if results.levels else {}),
+                 "final_tail_gain": gain_figure(results, table, colors, labels),
+                 "tail_profile": profile_figure(results, colors, labels)}
+        for name, (figure, caption) in drawn.items():
+            report.figures[name], report.captions[name] = figure, caption
+            report.paths += figures.save_figure(figure, directory, name, caption)
     ranks = rank_rows(results, {r.arm: r.comparison for r in table if r.comparison is not None})
     for name, text in (("summary.md", tables.markdown(table, setup(results), draw_rows(results, table),
                                                        matched_rows(results), ranks, mark_rows(results, tracker),
                                                        list(results.marks[1:]))),
-                       ("table.tex", tables.latex(table, setup(results)))):
+                       ("table.tex", tables.latex(table, setup(results), columns or tables.PAPER_COLUMNS))):
         (directory / name).write_text(text)
         report.paths.append(directory / name)
     if log and results.parent_id:

@@ -1,10 +1,12 @@
 """The figures of a study report, drawn from numbers already computed (``arena.report.stats``); nothing here
 reads MLflow or computes a statistic.
 
-One style for all: a paper's single-column width (``WIDTH`` inches), 8 pt text, the Okabe-Ito colour-blind-safe
-palette with one colour per arm in the study's arm order across every figure, no top or right spine, a light
-horizontal grid. Each function returns a ``matplotlib.figure.Figure`` (no pyplot state); build and save inside
-``style()`` so that every text and tick takes the style's sizes.
+One style for all: a paper's single-column width (``WIDTH`` inches, the width of the saved page), 8 pt text, the
+Okabe-Ito colour-blind-safe palette with one colour per arm in the study's arm order across every figure, each arm
+named by its label, no top or right spine, a light horizontal grid. No statistical note inside a figure: what a band
+or a whisker is goes to the caption written beside it (``save_figure``). Each function returns a
+``matplotlib.figure.Figure`` (no pyplot state); build and save inside ``style()`` so that every text and tick takes
+the style's sizes.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ RC = {
     "axes.spines.top": False, "axes.spines.right": False, "axes.linewidth": 0.6, "lines.linewidth": 1.3,
     "xtick.major.width": 0.6, "ytick.major.width": 0.6, "xtick.major.size": 3, "ytick.major.size": 3,
     "legend.frameon": False, "pdf.fonttype": 42, "svg.fonttype": "none", "savefig.dpi": 300,
-    "savefig.bbox": "tight",  # long arm names and titles widen the figure instead of being cut off
+    # no "tight" bounding box: it grew the page past WIDTH around any long text (4.4-4.6 in); the constrained
+    # layout fits labels and legend inside the page instead
 }
 FORMATS = ("png", "pdf")
 
@@ -44,7 +47,8 @@ def arm_colors(arms) -> dict[str, str]:
 
 @dataclass
 class Curve:
-    """One arm's mean curve over seeds and its 95% band (None: no band, one seed)."""
+    """One arm's mean curve over seeds and its 95% band (None: no band, one seed); a band of zero width (every seed
+    equal) shows nothing, and the caption names where (``comparison.agreeing``)."""
 
     arm: str
     x: np.ndarray
@@ -71,9 +75,11 @@ def _budget_axis(axis, curves: list[Curve]) -> None:
 
 
 def _figure(height: float, rows: int = 1, columns: int = 1, **shared):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(WIDTH, height), layout="constrained")
+    FigureCanvasAgg(figure)  # a renderer to measure the legend with (_legend)
     axes = figure.subplots(rows, columns, squeeze=False, **shared)
     for axis in axes.flat:
         axis.grid(axis="y", color="0.88", linewidth=0.5)
@@ -81,47 +87,53 @@ def _figure(height: float, rows: int = 1, columns: int = 1, **shared):
     return figure, axes
 
 
-def _legend(figure, axis, title: str, columns: int) -> None:
+def _legend(figure, axis, columns: int) -> None:
+    """One legend above the panels, in ``columns`` columns or as few fewer as keep it inside the page's width."""
     handles, labels = axis.get_legend_handles_labels()
-    figure.legend(handles, labels, loc="outside upper center", ncols=columns, title=title, handlelength=1.6,
-                  columnspacing=1.0, borderaxespad=0.2)
+    renderer = figure.canvas.get_renderer()
+    for count in range(columns, 0, -1):
+        legend = figure.legend(handles, labels, loc="outside upper center", ncols=count, handlelength=1.6,
+                               columnspacing=1.0, borderaxespad=0.2)
+        if count == 1 or legend.get_window_extent(renderer).width <= figure.bbox.width:
+            return
+        legend.remove()
 
 
 def _columns(count: int) -> int:
     return count if count <= 3 else 2 if count == 4 else 3
 
 
-def draw_curve(axis, curve: Curve, color: str, step: bool = False) -> None:
+def draw_curve(axis, curve: Curve, color: str, label: str, step: bool = False) -> None:
     """The mean as a line (markers at the evaluation points unless ``step``), the band as a filled area."""
     line = dict(drawstyle="steps-mid") if step else dict(marker="o", markersize=2.5)
-    axis.plot(curve.x, curve.mean, color=color, label=curve.arm, **line)
+    axis.plot(curve.x, curve.mean, color=color, label=label, **line)
     if curve.low is not None:
         axis.fill_between(curve.x, curve.low, curve.high, color=color, alpha=0.2, linewidth=0,
                           step="mid" if step else None)
 
 
-def curves_figure(panels: list[Panel], colors: dict[str, str], note: str):
+def curves_figure(panels: list[Panel], colors: dict[str, str], labels: dict[str, str]):
     """Panels stacked vertically (one x axis each), one line and band per arm, one legend on top."""
     figure, axes = _figure(0.5 + 2.0 * len(panels), rows=len(panels))
     for axis, panel in zip(axes[:, 0], panels):
         for curve in panel.curves:
-            draw_curve(axis, curve, colors[curve.arm])
-        for label, level in panel.references.items():
-            axis.axhline(level, color=colors[label], linestyle="--", linewidth=1.0, label=f"{label} (control)")
+            draw_curve(axis, curve, colors[curve.arm], labels[curve.arm])
+        for arm, level in panel.references.items():
+            axis.axhline(level, color=colors[arm], linestyle="--", linewidth=1.0, label=f"{labels[arm]} (control)")
         axis.set(xlabel=panel.xlabel, ylabel=panel.ylabel, title=panel.title)
         _budget_axis(axis, panel.curves)
-    _legend(figure, axes[0, 0], note, _columns(len(colors)))
+    _legend(figure, axes[0, 0], _columns(len(colors)))
     return figure
 
 
-def levels_figure(panels: list[Panel], colors: dict[str, str], note: str):
+def levels_figure(panels: list[Panel], colors: dict[str, str], labels: dict[str, str]):
     """One panel per difficulty level side by side (at most three a row), a shared reward axis."""
     columns = min(3, len(panels))
     rows = -(-len(panels) // columns)
     figure, axes = _figure(0.6 + 1.9 * rows, rows=rows, columns=columns, sharey=True)
     for axis, panel in zip(axes.flat, panels):
         for curve in panel.curves:
-            draw_curve(axis, curve, colors[curve.arm])
+            draw_curve(axis, curve, colors[curve.arm], labels[curve.arm])
         axis.set(title=panel.title)
         _budget_axis(axis, panel.curves)
     for axis in axes.flat[len(panels):]:
@@ -129,7 +141,7 @@ def levels_figure(panels: list[Panel], colors: dict[str, str], note: str):
     figure.supxlabel(panels[0].xlabel, fontsize=FONT)  # one label under the row(s): they share the budget axis
     for axis in axes[:, 0]:
         axis.set_ylabel(panels[0].ylabel)
-    _legend(figure, axes[0, 0], note, _columns(len(colors)))
+    _legend(figure, axes[0, 0], _columns(len(colors)))
     return figure
 
 
@@ -144,7 +156,7 @@ class Dot:
     seeds: np.ndarray
 
 
-def dot_figure(dots: list[Dot], colors: dict[str, str], xlabel: str, note: str):
+def dot_figure(dots: list[Dot], colors: dict[str, str], labels: dict[str, str], xlabel: str):
     """Per arm (the first on top): the mean with its 95% interval, each seed as an open circle below it,
     and a dashed line at zero."""
     from matplotlib.ticker import MaxNLocator
@@ -166,17 +178,16 @@ def dot_figure(dots: list[Dot], colors: dict[str, str], xlabel: str, note: str):
             axis.plot(dot.value, y, "o", color=color, markersize=4, label=dot.arm)
     axis.xaxis.set_major_locator(MaxNLocator(nbins=5))
     axis.xaxis.set_major_formatter(lambda value, _position: f"{value:g}".replace("-", "\N{MINUS SIGN}"))
-    axis.set_yticks(positions, [dot.arm for dot in dots])
+    axis.set_yticks(positions, [labels[dot.arm] for dot in dots])
     axis.tick_params(axis="y", length=0)
     axis.spines["left"].set_visible(False)
     axis.set_ylim(positions.min() - 0.55, positions.max() + 0.45)
-    axis.set(xlabel=xlabel)
-    axis.set_title(note, loc="left")
+    figure.supxlabel(xlabel, fontsize=FONT)  # centred on the page: long arm labels leave the axis narrower than it
     return figure
 
 
 def profile_figure(start: np.ndarray, profiles: list[Curve], gains: list[Curve], colors: dict[str, str],
-                   alpha: float, note: str):
+                   labels: dict[str, str], alpha: float):
     """Top: reward of the p-th worst prompt against p at the end, per arm, and at the start (grey, dashed).
     Bottom: the tail gain at every level p (lower CVaR at p, end minus start), with bands: at p = α it is the
     final tail gain, at p = 1 the mean-reward gain. A dotted line at p = α marks the tail."""
@@ -184,10 +195,10 @@ def profile_figure(start: np.ndarray, profiles: list[Curve], gains: list[Curve],
     top, bottom = axes[:, 0]
     top.plot(profiles[0].x, start, color=START, linestyle=(0, (3, 2)), drawstyle="steps-mid", label="start")
     for curve in profiles:
-        draw_curve(top, curve, colors[curve.arm], step=True)
+        draw_curve(top, curve, colors[curve.arm], labels[curve.arm], step=True)
     bottom.axhline(0.0, color=START, linewidth=0.6, linestyle=(0, (3, 2)), label="_zero")
     for curve in gains:
-        axis_line = dict(color=colors[curve.arm], label=curve.arm)
+        axis_line = dict(color=colors[curve.arm], label=labels[curve.arm])
         bottom.plot(curve.x, curve.mean, **axis_line)
         if curve.low is not None:
             bottom.fill_between(curve.x, curve.low, curve.high, color=colors[curve.arm], alpha=0.2, linewidth=0)
@@ -197,13 +208,16 @@ def profile_figure(start: np.ndarray, profiles: list[Curve], gains: list[Curve],
     top.text(alpha, 1.0, f" α = {alpha:g}", transform=top.get_xaxis_transform(), va="top", ha="left")
     top.set(ylabel="per-prompt reward at the end")
     bottom.set(ylabel="tail gain at level p\n(lower CVaR, end − start)", xlabel="prompt quantile p (worst first)")
-    _legend(figure, top, note, _columns(len(colors) + 1))
+    _legend(figure, top, _columns(len(colors) + 1))
     return figure
 
 
-def save_figure(figure, directory: Path, name: str) -> list[Path]:
-    """The figure as ``name.png`` (300 dpi) and ``name.pdf`` in ``directory``."""
+def save_figure(figure, directory: Path, name: str, caption: str) -> list[Path]:
+    """The figure as ``name.png`` (300 dpi) and ``name.pdf`` in ``directory``, and its caption (what the bands and
+    whiskers are, over how many seeds) as ``name.caption.txt``, for a paper's ``\\caption``."""
     paths = [directory / f"{name}.{suffix}" for suffix in FORMATS]
     for path in paths:
         figure.savefig(path)
+    paths.append(directory / f"{name}.caption.txt")
+    paths[-1].write_text(caption + "\n")
     return paths

@@ -18,6 +18,7 @@ draws; its variance has two parts, and the 95% interval counts both:
 The seed variance measured on one draw also holds the seed x draw interaction, which the bootstrap counts again:
 the interval errs wide by that term / S (a few percent here; tests/test_stats.py measures the coverage). Curves
 (bands over budget) use the seed part only, Student's t, and say so: they are conditional on the evaluation draw.
+Intervals and bands of a reward or a gain are cut to the values it can take (``clipped``); differences are not.
 Controls (``frozen``, ``sharpen``) have no training seed: their seed part is zero, not unknown.
 
 Verdicts of arms against the reference: a two-sided test of the difference, Holm-adjusted within the study, and,
@@ -26,6 +27,7 @@ when the study declares a margin m, two one-sided tests (TOST) of |difference| <
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -100,16 +102,26 @@ def welch_interval(a, b) -> Interval:
     return combine(float(a.mean() - b.mean()), parts)
 
 
-def curve_band(curves) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """Mean curve over seeds (rows of ``curves``) and its pointwise Student-t 95% band (seeds only); no band with
-    one seed."""
+def curve_band(curves, bounds: tuple[float, float]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Mean curve over seeds (rows of ``curves``) and its pointwise Student-t 95% band (seeds only), cut to
+    ``bounds`` (``clipped``); no band with one seed."""
     curves = np.asarray(curves, dtype=float)
     n = len(curves)
     mean = curves.mean(axis=0)
     if n < 2:
         return mean, None, None
     half = quantile(n - 1) * curves.std(axis=0, ddof=1) / math.sqrt(n)
-    return mean, mean - half, mean + half
+    return mean, np.clip(mean - half, *bounds), np.clip(mean + half, *bounds)
+
+
+def clipped(estimate: Interval, bounds: tuple[float, float]) -> Interval:
+    """``estimate`` with its interval cut to ``bounds``, the values the quantity can take (a reward's range, or a
+    gain's: lo - hi to hi - lo). The part cut off holds no possible value, so the interval covers the truth as
+    often as before; with 2 seeds (t quantile 12.7) an uncut one often runs past the range."""
+    if not estimate.has_interval:
+        return estimate
+    low, high = bounds
+    return dataclasses.replace(estimate, low=min(max(estimate.low, low), high), high=max(min(estimate.high, high), low))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
 
 from arena.report.stats import SEEDS_AND_EVALUATION, SEEDS_ONLY, Interval
 
@@ -106,6 +107,14 @@ class Setup:
     draw_size: tuple[int, int] | None = None  # (prompts, samples) of draws 1..draws-1 (None: as draw 0)
     pooled: tuple[int, ...] = ()  # the draws the verdicts pool (Study.pooled_draws)
     composition: list[str] = ()  # the draws' prompts by level and in common (comparison.draw_composition)
+    labels: dict[str, str] = field(default_factory=dict)  # arm -> its name in the tables (Study.labels); else its id
+
+    def name(self, arm: str, control: bool = False, latex: bool = False) -> str:
+        """The arm's cell: its label (a control marked so), escaped for a Markdown or a LaTeX table."""
+        text = self.labels.get(arm, arm) + (" (control)" if control else "")
+        if latex:
+            return "".join(f"\\{c}" if c in "&%#_" else c for c in text)
+        return text.replace("|", "\\|")
 
     def sized(self, draw: int) -> tuple[int, int]:
         return (self.prompts, self.samples) if draw == 0 or self.draw_size is None else self.draw_size
@@ -166,6 +175,30 @@ def parts_cell(row: Row) -> str:
     return f"{seed} / {row.tail_gain.evaluation_se:.3f}"
 
 
+COLUMN_NAMES = ("arm", "seeds", "tail", "over_sharpen", "hard", "mean", "se", "sd", "vs_reference", "verdict", "auc",
+                "mean_reward", "budget", "seconds")  # short stable names of headers()' columns, in their order
+PAPER_COLUMNS = ("arm", "seeds", "tail", "vs_reference", "verdict")  # table.tex's default: a two-column paper's width
+TERMINAL_COLUMNS = ("arm", "seeds", "tail", "over_sharpen", "hard", "verdict", "seconds")  # arena run's summary
+
+
+def column_names(text: str) -> tuple[str, ...]:
+    """``--columns``: short names separated by commas, the arm's column first whether named or not, or ``all``;
+    ValueError naming each unknown one and listing the known."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if names == ["all"]:
+        return COLUMN_NAMES
+    unknown = [name for name in names if name not in COLUMN_NAMES]
+    if unknown or not names:
+        said = f"unknown column(s) {', '.join(map(repr, unknown))}" if unknown else "no column named"
+        raise ValueError(f"{said}; known: {', '.join(COLUMN_NAMES)}, all")
+    return tuple(dict.fromkeys(["arm", *names]))
+
+
+def pick(line: list[str], columns: tuple[str, ...]) -> list[str]:
+    """The cells of ``line`` (one per ``COLUMN_NAMES``) in ``columns``."""
+    return [line[COLUMN_NAMES.index(name)] for name in columns]
+
+
 def headers(setup: Setup) -> list[str]:
     return ["arm", "seeds", f"tail gain (α={setup.alpha:g})", "over sharpen", "hard gain", "mean-reward gain",
             "SE: seeds / evaluation", "seed SD / between-draw SD", "vs reference (tail gain)", "verdict",
@@ -174,8 +207,7 @@ def headers(setup: Setup) -> list[str]:
 
 
 def cells(row: Row, setup: Setup, latex: bool = False) -> list[str]:
-    arm = row.arm + (" (control)" if row.control else "")
-    arm = arm.replace("_", r"\_") if latex else arm
+    arm = setup.name(row.arm, row.control, latex)
     sd = lambda v: "n/a" if math.isnan(v) else f"{v:.3f}"  # noqa: E731
     difference = row.comparison.difference if row.comparison else None
     return [arm, "-" if row.control else str(row.seeds), estimate_cell(row.tail_gain, True, latex),
@@ -189,7 +221,9 @@ def cells(row: Row, setup: Setup, latex: bool = False) -> list[str]:
 def setup_lines(setup: Setup) -> list[str]:
     margin = (f"equivalence margin ±{setup.margin:g} (TOST)" if setup.margin is not None
               else "no equivalence margin declared (no arm can be found equivalent)")
+    renamed = [f"{label} = `{arm}`" for arm, label in setup.labels.items() if label != arm]
     lines = [f"- study: `{setup.study}`; reference arm: `{setup.reference}`",
+             *([f"- arms by label: {', '.join(renamed)}"] if renamed else []),
              f"- budget: {setup.amount:g} {setup.unit.replace('_', ' ')} per run; tail at α = {setup.alpha:g}; "
              f"evaluation: {setup.evaluation_text()}",
              f"- verdicts: {margin}; tests at level {setup.level:g}, {setup.correction} over the "
@@ -250,7 +284,7 @@ def draw_table(rows: list[DrawRow], setup: Setup) -> list[str]:
              "prompts; the verdicts above use the pooled columns.", "",
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for row in rows:
-        arm = row.arm + (" (control)" if row.control else "")
+        arm = setup.name(row.arm, row.control)
         versus = row.differences or ["reference" if row.arm == setup.reference else "-"] * len(row.gains)
         lines.append("| " + " | ".join([arm] + [cell for gain, other in zip(row.gains, versus) for cell in
                                                  (estimate_cell(gain), other if isinstance(other, str)
@@ -266,17 +300,17 @@ MATCHED_NOTE = ("τ: the temperature factor each seed chose on training prompts 
                 "start model at its own, {family}; 'at study T' is the main table's column, beside it")
 
 
-def matched_cells(row: MatchedRow, correction: str) -> list[str]:
+def matched_cells(row: MatchedRow, setup: Setup) -> list[str]:
     taus = sorted(set(row.temperatures))
     chosen = ", ".join(f"{t:g}" for t in taus) if taus else "-"
     if row.comparison is None:
         why = "n/a (runs predate matched decoding)"
-        return [row.arm, str(row.seeds), chosen, why, why, "-", estimate_cell(row.at_study)]
-    c = row.comparison
+        return [setup.name(row.arm), str(row.seeds), chosen, why, why, "-", estimate_cell(row.at_study)]
+    c, correction = row.comparison, setup.correction
     verdict = (f"{c.verdict}, {_p(c.p_adjusted)}" + ("" if correction == "none" else f" ({correction})")
                if math.isfinite(c.p_adjusted) else _why(row.seeds) if row.seeds < 2 else "n/a (no spread)")
-    return [row.arm, str(row.seeds), chosen, estimate_cell(row.tail_gain), estimate_cell(c.difference), verdict,
-            estimate_cell(row.at_study)]
+    return [setup.name(row.arm), str(row.seeds), chosen, estimate_cell(row.tail_gain), estimate_cell(c.difference),
+            verdict, estimate_cell(row.at_study)]
 
 
 def matched_family(correction: str) -> str:
@@ -291,7 +325,7 @@ def matched_table(rows: list[MatchedRow], setup: Setup) -> list[str]:
     return ["", f"## {MATCHED_TITLE} (tail gain, α={setup.alpha:g})", "",
             MATCHED_NOTE.format(family=f"verdicts {matched_family(setup.correction)}") + ".", "",
             "| " + " | ".join(MATCHED_HEADERS) + " |", "|---|" + "---:|" * (len(MATCHED_HEADERS) - 1),
-            *("| " + " | ".join(matched_cells(row, setup.correction)) + " |" for row in rows)]
+            *("| " + " | ".join(matched_cells(row, setup)) + " |" for row in rows)]
 
 
 def rank_table(rows: list[RankRow], setup: Setup) -> list[str]:
@@ -305,7 +339,7 @@ def rank_table(rows: list[RankRow], setup: Setup) -> list[str]:
             "unadjusted Mann-Whitney p. Where it and the difference of means part, the seeds' distribution has long "
             "tails.", "",
             "| arm | difference of means (the verdict's) | Hodges-Lehmann shift | Mann-Whitney p |", "|---|---:|---:|---:|",
-            *(f"| {row.arm} | {estimate_cell(row.difference)} | "
+            *(f"| {setup.name(row.arm)} | {estimate_cell(row.difference)} | "
               f"{estimate_cell(row.shift)} | {_p(row.p).removeprefix('p = ')} |" for row in rows)]
 
 
@@ -322,7 +356,8 @@ def mark_table(rows: list[MarkRow], setup: Setup, marks: list[float]) -> list[st
             f"one number: the difference of the tail reward averaged over the budget, {SEEDS_ONLY}. The order of "
             f"two arms crosses where the sign of the verdicts changes.", "",
             "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1),
-            *("| " + " | ".join([row.arm, *(f"{estimate_cell(c.difference)} {c.verdict}" for c in row.marks),
+            *("| " + " | ".join([setup.name(row.arm),
+                                 *(f"{estimate_cell(c.difference)} {c.verdict}" for c in row.marks),
                                  estimate_cell(row.area)]) + " |" for row in rows)]
 
 
@@ -358,10 +393,9 @@ def text(rows: list[Row], setup: Setup, matched: list[MatchedRow] = (), width: i
     """The summary ``arena run`` prints: the same cells as summary.md, the columns a terminal has room for; then
     the arms at matched decoding, when the study has the sharpen control. A table wider than ``width`` (a narrow
     terminal's) is printed one arm at a time instead, a line per number, so that nothing wraps."""
-    keep = [0, 1, 2, 3, 4, 9, 13]
-    tables = [([headers(setup)[i] for i in keep], [[cells(row, setup)[i] for i in keep] for row in rows])]
+    tables = [(pick(headers(setup), TERMINAL_COLUMNS), [pick(cells(row, setup), TERMINAL_COLUMNS) for row in rows])]
     if matched:
-        tables.append((MATCHED_HEADERS[:6], [matched_cells(row, setup.correction)[:6] for row in matched]))
+        tables.append((MATCHED_HEADERS[:6], [matched_cells(row, setup)[:6] for row in matched]))
     layout = aligned if width is None or all(len(line) <= width for line in aligned(*tables[0])) else stacked
     out = layout(*tables[0])
     if matched:
@@ -383,12 +417,15 @@ def _math(text: str) -> str:
     return "$" + text.replace("−", "-") + "$"
 
 
-def latex(rows: list[Row], setup: Setup) -> str:
-    """table.tex: a booktabs tabular with the same rows (``\\usepackage{booktabs}``)."""
-    head = [h.replace("_", r"\_").replace("α", r"$\alpha$").replace("±", r"$\pm$") for h in headers(setup)]
+def latex(rows: list[Row], setup: Setup, columns: tuple[str, ...] = PAPER_COLUMNS) -> str:
+    """table.tex: a booktabs tabular with the same rows, in ``columns`` (``COLUMN_NAMES``); needs
+    ``\\usepackage{booktabs}``."""
+    head = [h.replace("_", r"\_").replace("α", r"$\alpha$").replace("±", r"$\pm$")
+            for h in pick(headers(setup), columns)]
     lines = [f"% arena report {setup.study}: mean [{SEEDS_AND_EVALUATION}]; AUC and mean reward: {SEEDS_ONLY}.",
              "% needs \\usepackage{booktabs}",
              r"\begin{tabular}{l" + "r" * (len(head) - 1) + "}", r"\toprule",
              " & ".join(head) + r" \\", r"\midrule"]
-    lines += [" & ".join(c.replace("±", r"$\pm$") for c in cells(row, setup, latex=True)) + r" \\" for row in rows]
+    lines += [" & ".join(c.replace("±", r"$\pm$") for c in pick(cells(row, setup, latex=True), columns)) + r" \\"
+              for row in rows]
     return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"]) + "\n"
