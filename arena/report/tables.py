@@ -8,7 +8,6 @@ import math
 import textwrap
 from dataclasses import dataclass, field
 
-
 from arena.report.stats import SEEDS_AND_EVALUATION, SEEDS_ONLY, Interval
 
 
