@@ -198,9 +198,9 @@ def cmd_report(args) -> None:
 
         path, arm = args.versus
         other = load_study(path, args.profile)
+        other_tracker = Tracker(uri, other.tracking.experiment)
         try:
-            print(versus(read_results(tracker, study), read_results(Tracker(uri, other.tracking.experiment), other),
-                         tracker, Tracker(uri, other.tracking.experiment), arm))
+            print(versus(read_results(tracker, study), read_results(other_tracker, other), tracker, other_tracker, arm))
         except ReportError as error:
             raise UserError(str(error)) from None
         return

@@ -172,7 +172,8 @@ def summary_tables(study, tracker, width: int | None = None) -> tuple[str, str]:
         return (f"no summary: {error}",) * 2
     off = ("" if study.controls else "\ncontrols: off (the study sets controls: []), so no row shows what the "
            "untrained start model (frozen) or its best temperature (sharpen) scores")
-    parts = comparison.rows(results), comparison.setup(results), comparison.matched_rows(results)
+    table = comparison.rows(results)
+    parts = table, comparison.setup(results), comparison.matched_rows(results, table)
     return tables.text(*parts) + off, tables.text(*parts, width=width) + off
 
 

@@ -170,7 +170,7 @@ def draw_artifact(draw: int) -> str:
 
 def matched_artifact(draw: int) -> str:
     """Where a trained run's evaluation draw ``draw`` (0..D-1) at its own best temperature lands (start, end, hard
-    subset; ``arena.controls.matched_decoding``)."""
+    subset; ``arena.runner.matched_decoding``)."""
     return f"evaluations/matched/{draw:02d}.npz"
 
 

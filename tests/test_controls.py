@@ -107,7 +107,7 @@ def test_matched_decoding_applies_the_sharpen_rule_to_each_arm_and_is_zero_for_a
 
     from arena.cli import main
     from arena.evaluate import lower_cvar
-    from arena.report.comparison import matched_rows
+    from arena.report.comparison import matched_rows, rows
     from arena.report.records import read_results
     from arena.runner import checkpoint_file, load
     from arena.tracking import draw_artifact, evaluation_artifact, matched_artifact
@@ -143,8 +143,8 @@ def test_matched_decoding_applies_the_sharpen_rule_to_each_arm_and_is_zero_for_a
                                   arrays(sharpen.run_id, evaluation_artifact(last, "per_prompt_rewards.npz"))["rewards"])
     np.testing.assert_array_equal(arrays(still.run_id, matched_artifact(1))["end"],
                                   arrays(sharpen.run_id, draw_artifact(1))["end"])
-    rows = {row.arm: row for row in matched_rows(results)}
-    assert rows["still"].comparison.difference.value == 0.0
+    matched = {row.arm: row for row in matched_rows(results, rows(results))}
+    assert matched["still"].comparison.difference.value == 0.0
     assert metric(still.run_id, "matched/eval/tail_gain") == metric(sharpen.run_id, "eval/tail_gain")
 
     # the trained arm: its τ by the rule, from its final policy decoded here on the training split

@@ -173,21 +173,22 @@ def mark_rows(results: Results, tracker) -> list[tables.MarkRow]:
     return out
 
 
-def matched_rows(results: Results) -> list[tables.MatchedRow]:
-    """Each trained arm at its own best temperature (``arena.controls.matched_decoding``) against the sharpening
+def matched_rows(results: Results, table: list[tables.Row]) -> list[tables.MatchedRow]:
+    """Each trained arm at its own best temperature (``arena.runner.matched_decoding``) against the sharpening
     control, the start model at *its* best temperature by the same rule: the tail gain at τ and its difference
     from sharpen's, judged as one family over the arms that have it; the same difference at the study's
-    temperature beside it. Empty without a finished sharpen control; an arm whose runs predate matched decoding
-    has a row without numbers."""
+    temperature beside it (the main ``table``'s over-sharpen cell). Empty without a finished sharpen control; an arm
+    whose runs predate matched decoding has a row without numbers."""
     if "sharpen" not in results.controls:
         return []
     tail, sharpen = statistics(results.study)["tail"], results.pooled("sharpen")
     matched = [arm for arm in results.arms if results.has_matched(arm)]
+    at_study = {r.arm: r.over_sharpen for r in table}
     compared = judge({arm: stats.difference_interval(results.matched_pooled(arm), sharpen, tail, b_control=True)
                       for arm in matched}, results.study.analysis)
     return [tables.MatchedRow(arm, len(runs), [run.temperature for run in runs if run.temperature is not None],
                               gain(results, arm, "tail", results.matched_pooled(arm)) if arm in compared else None,
-                              difference(results, arm, "sharpen"), compared.get(arm))
+                              at_study[arm], compared.get(arm))
             for arm, runs in results.arms.items()]
 
 
@@ -455,10 +456,11 @@ def write_study_report(study, tracker, directory: Path, x: str | None = None, lo
             report.figures[name], report.captions[name] = figure, caption
             report.paths += figures.save_figure(figure, directory, name, caption)
     ranks = rank_rows(results, {r.arm: r.comparison for r in table if r.comparison is not None})
-    for name, text in (("summary.md", tables.markdown(table, setup(results), draw_rows(results, table),
-                                                       matched_rows(results), ranks, mark_rows(results, tracker),
-                                                       list(results.marks[1:]))),
-                       ("table.tex", tables.latex(table, setup(results), columns or tables.PAPER_COLUMNS))):
+    layout = setup(results)  # rebuilds the evaluation draws (their composition): once for both files
+    for name, text in (("summary.md", tables.markdown(table, layout, draw_rows(results, table),
+                                                       matched_rows(results, table), ranks,
+                                                       mark_rows(results, tracker), list(results.marks[1:]))),
+                       ("table.tex", tables.latex(table, layout, columns or tables.PAPER_COLUMNS))):
         (directory / name).write_text(text)
         report.paths.append(directory / name)
     if log and results.parent_id:

@@ -161,9 +161,13 @@ def verdict_cell(row: Row, correction: str) -> str:
         return "reference"
     if row.comparison is None:
         return "-"
-    c = row.comparison
+    return judged(row.comparison, row.comparison.difference.seeds, correction)
+
+
+def judged(c: Comparison, seeds: int, correction: str) -> str:
+    """A verdict with its adjusted p; without a p, why not (``seeds``: the fewest behind the difference)."""
     if not math.isfinite(c.p_adjusted):
-        return _why(c.difference.seeds) if c.difference.seeds < 2 else "n/a (no spread)"
+        return _why(seeds) if seeds < 2 else "n/a (no spread)"
     adjusted = "" if correction == "none" else f" ({correction})"
     return f"{c.verdict}, {_p(c.p_adjusted)}{adjusted}"
 
@@ -305,11 +309,9 @@ def matched_cells(row: MatchedRow, setup: Setup) -> list[str]:
     if row.comparison is None:
         why = "n/a (runs predate matched decoding)"
         return [setup.name(row.arm), str(row.seeds), chosen, why, why, "-", estimate_cell(row.at_study)]
-    c, correction = row.comparison, setup.correction
-    verdict = (f"{c.verdict}, {_p(c.p_adjusted)}" + ("" if correction == "none" else f" ({correction})")
-               if math.isfinite(c.p_adjusted) else _why(row.seeds) if row.seeds < 2 else "n/a (no spread)")
+    c = row.comparison  # its difference counts sharpen's 0 seeds: the arm's own say why there is no p
     return [setup.name(row.arm), str(row.seeds), chosen, estimate_cell(row.tail_gain), estimate_cell(c.difference),
-            verdict, estimate_cell(row.at_study)]
+            judged(c, row.seeds, setup.correction), estimate_cell(row.at_study)]
 
 
 def matched_family(correction: str) -> str:
