@@ -183,16 +183,42 @@ def distinct_examples(task, spec, source: str | None, seed: int, sized_by: str =
     ``examples`` takes it); EvaluationError naming ``sized_by`` (the study key that asked) when they are not to be
     had."""
     name = getattr(task, "name", type(task).__name__)
-    distinct = {"distinct": True} if "distinct" in inspect.signature(task.examples).parameters else {}
-    try:
-        examples = task.examples(spec.split, n=spec.prompts, seed=seed, source=source, **distinct)
-    except ValueError as error:
-        raise EvaluationError(f"{sized_by}: {spec.prompts} distinct prompts are not to be had: {error}") from None
+    strata = [(task, spec.prompts)] if spec.level_shares is None else level_strata(task, spec.level_shares, spec.prompts)
+    examples = []
+    for part, count in strata:
+        distinct = {"distinct": True} if "distinct" in inspect.signature(part.examples).parameters else {}
+        try:
+            examples += part.examples(spec.split, n=count, seed=seed, source=source, **distinct) if count else []
+        except ValueError as error:
+            raise EvaluationError(f"{sized_by}: {spec.prompts} distinct prompts are not to be had: {error}") from None
     texts = [task.prompt(e) for e in examples]
     if len(examples) < spec.prompts or len(set(texts)) < len(texts):
         raise EvaluationError(f"{sized_by}: task {name!r} gave {len(set(texts))} distinct prompts of the "
                               f"{spec.prompts} asked for on the {spec.split} split; ask for at most that many")
     return examples
+
+
+def level_counts(shares, n: int) -> list[tuple[int, int]]:
+    """(level, prompts) for ``n`` prompts at ``shares``: floors, then the largest remainders (ties to the lower
+    level), so the counts sum to ``n`` and each is within one of its share."""
+    exact = [(level, share * n) for level, share in shares]
+    counts = {level: math.floor(x + 1e-9) for level, x in exact}
+    for level, x in sorted(exact, key=lambda pair: (-(pair[1] - counts[pair[0]]), pair[0]))[: n - sum(counts.values())]:
+        counts[level] += 1
+    return sorted(counts.items())
+
+
+def level_strata(task, shares, n: int) -> list[tuple[object, int]]:
+    """A stratified draw's parts: the task at one level each (built as its class with ``levels=(level,)``), with
+    its number of prompts. Each part's items are keyed by (seed, split, level, item), as in a balanced draw."""
+    name = getattr(task, "name", type(task).__name__)
+    known = getattr(task, "levels", None)
+    if known is None:
+        raise EvaluationError(f"evaluation.level_shares: task {name!r} has no difficulty levels to stratify")
+    unknown = [level for level, _ in shares if level not in known]
+    if unknown:
+        raise EvaluationError(f"evaluation.level_shares: level(s) {unknown} are not among the task's levels {list(known)}")
+    return [(type(task)(levels=(level,)), count) for level, count in level_counts(shares, n)]
 
 
 class RewardError(RuntimeError):

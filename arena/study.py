@@ -26,6 +26,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
       draws: 1                  # independent evaluation draws (prompts and decoding seeds) at the start and end
       draw_prompts: null        # prompts of each of draws 1..draws-1; null: prompts (draw 0's, every point's)
       draw_samples: null        # samples per prompt on draws 1..draws-1; null: samples
+      level_shares: null        # {level: share}: every draw holds these shares of the task's levels; null: balanced
     budget:
       unit: samples             # samples | tokens | forward_tokens | flops | seconds (arena.budget.UNITS)
       amount: 2048              # > 0, per run
@@ -129,6 +130,18 @@ class TrainSpec(Section):
             yield "prompts_per_step", f"must be >= 1, got {self.prompts_per_step!r}"
 
 
+def level_share_pairs(shares) -> tuple[tuple[int, float], ...] | None:
+    """``{level: share}`` as sorted (level, share) pairs; ValueError saying what it expected."""
+    if shares is None:
+        return None
+    if not isinstance(shares, dict) or not shares:
+        raise ValueError(f"expected a mapping of difficulty levels to shares, e.g. {{1: 0.5, 2: 0.5}}, got {shares!r}")
+    for level, share in shares.items():
+        if type(level) is not int or type(share) not in (int, float) or not 0 < share <= 1:
+            raise ValueError(f"expected integer levels with shares in (0, 1], got {level!r}: {share!r}")
+    return tuple(sorted((level, float(share)) for level, share in shares.items()))
+
+
 @dataclass(frozen=True)
 class EvaluationSpec(Section):
     prompts: int = 128
@@ -146,6 +159,9 @@ class EvaluationSpec(Section):
     # when set, so that a study without them keeps the config hash it had before they existed
     draw_prompts: int | None = field(default=None, metadata={IDENTITY_WHEN_SET: True})
     draw_samples: int | None = field(default=None, metadata={IDENTITY_WHEN_SET: True})
+    # stratified draws: a fixed share of prompts per difficulty level (rounded by largest remainder)
+    level_shares: tuple[tuple[int, float], ...] | None = field(
+        default=None, metadata={IDENTITY_WHEN_SET: True, CONVERT: level_share_pairs})
 
     def problems(self):
         for name, low in {"prompts": 1, "samples": 1, "max_new_tokens": 1, "points": 2, "seed": 0, "draws": 1,
@@ -166,6 +182,8 @@ class EvaluationSpec(Section):
             yield "primary_alpha", f"must be one of alphas {list(self.alphas)}, got {self.primary_alpha!r}"
         if not 0 < self.hard_fraction < 1:
             yield "hard_fraction", f"must be in (0, 1), got {self.hard_fraction!r}"
+        if self.level_shares is not None and abs(sum(share for _, share in self.level_shares) - 1) > 1e-9:
+            yield "level_shares", f"must sum to 1, got {sum(share for _, share in self.level_shares):g}"
 
     def of_draw(self, draw: int) -> "EvaluationSpec":
         """The settings draw ``draw`` is decoded with: draw 0 this section's, draws 1.. at their own size."""

@@ -160,3 +160,47 @@ def test_evaluation_draws_are_independent_samples_of_prompts_with_their_own_seed
     draws = [Evaluator(task, spec, draw=d) for d in range(3)]
     assert draws[0].texts == Evaluator(task, spec).texts  # draw 0 is the evaluation every point decodes
     assert all(len(set(d.texts)) == 64 for d in draws) and len({tuple(d.texts) for d in draws}) == 3
+
+
+def test_level_counts_sum_to_the_draw_and_stay_within_one_of_each_share():
+    from arena.evaluate import level_counts
+
+    for shares in (((1, 0.25), (2, 0.25), (3, 0.25), (4, 0.25)), ((1, 0.015), (2, 0.985)), ((2, 1 / 3), (3, 2 / 3))):
+        for n in (1, 7, 128, 130, 1024):
+            counts = dict(level_counts(shares, n))
+            assert sum(counts.values()) == n
+            assert all(abs(counts[level] - share * n) < 1 for level, share in shares)
+    assert level_counts(((1, 0.25), (2, 0.25), (3, 0.25), (4, 0.25)), 130) == [(1, 33), (2, 33), (3, 32), (4, 32)]
+
+
+def test_stratified_draws_hold_the_stated_level_shares_whatever_their_size():
+    """A balanced draw's mix depends on its size (level 1's 18 held-out pairs are 14% of 128 prompts); a stratified
+    one holds its shares at every size, with distinct held-out prompts, and a share the pool cannot fill is named."""
+    from arena.evaluate import EvaluationError
+    from rewards.data import is_heldout
+    from rewards.noisy_arithmetic import NoisyArithmeticTask
+
+    task = NoisyArithmeticTask(levels=(1, 2))
+    shares = {1: 0.0125, 2: 0.9875}
+    for prompts in (80, 640):
+        evaluator = Evaluator(task, EvaluationSpec(prompts=prompts, level_shares=tuple(shares.items())))
+        assert [evaluator.levels.count(level) for level in (1, 2)] == [round(share * prompts) for share in shares.values()]
+        assert len(set(evaluator.texts)) == prompts
+        assert all(is_heldout(f"{e['a']}+{e['b']}") for e in evaluator.examples)
+    balanced = Evaluator(task, EvaluationSpec(prompts=128)).levels
+    assert balanced.count(1) == 18  # the pool, not a share
+    with pytest.raises(EvaluationError, match="evaluation.prompts: 128 distinct prompts .* holds 18 distinct items"):
+        Evaluator(task, EvaluationSpec(prompts=128, level_shares=((1, 0.5), (2, 0.5))))
+    with pytest.raises(EvaluationError, match=r"level_shares: level\(s\) \[3\] are not among the task's levels \[1, 2\]"):
+        Evaluator(task, EvaluationSpec(prompts=8, level_shares=((2, 0.5), (3, 0.5))))
+
+
+def test_level_shares_are_checked_where_the_study_file_gives_them():
+    from arena.config import ConfigError, build
+
+    assert build(EvaluationSpec, {"level_shares": {2: 0.75, 1: 0.25}}).level_shares == ((1, 0.25), (2, 0.75))
+    for shares, message in (({1: 0.5, 2: 0.4}, "level_shares: must sum to 1, got 0.9"),
+                            ([0.5, 0.5], "level_shares: expected a mapping of difficulty levels to shares"),
+                            ({"1": 1.0}, "level_shares: expected integer levels with shares in \\(0, 1\\], got '1': 1.0")):
+        with pytest.raises(ConfigError, match=message):
+            build(EvaluationSpec, {"level_shares": shares})
