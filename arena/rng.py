@@ -78,6 +78,7 @@ class MaskKey(IntEnum):
 
     LEVEL = 0  # the masking level of each sub-block
     ORDER = 1  # the order in which a sub-block's positions are masked
+    OFFSET = 2  # ebpo: the cyclic offset that places a sequence's block levels in their strata
 
 
 @unique

@@ -32,6 +32,9 @@ otherwise):
   n >= ceil(m_s/2) nodes make this unbiased for the ELBO. ``exact_count`` masks |M| = ceil(t_j m_s)
   with weight m_s/|M| integrate a step function of t instead: lower variance, but biased at every
   node count (no n makes it unbiased, unless m_s = 1).
+- ``ebpo``: EBPO's estimator (LLaDA 2.1, arXiv 2602.08676): one count-form draw per block, its level
+  uniform and the levels of a sequence's blocks stratified (one per stratum of (0, 1)); unbiased for
+  each block's ELBO, lower variance of the sequence's sum. Derived in ``block_ebpo``.
 - ``trajectory``: the exact log-probability of the recorded decoding trajectory (``batch.steps``):
   Σ over decoding steps of log p(tokens committed at that step | the state the sampler was in).
 
@@ -220,6 +223,71 @@ def block_elbo(policy, batch: ScoringBatch, key: tuple[int, ...], draws: int, fo
     return _block_estimate(policy, batch, masks, coef / draws, S, monte_carlo=True)
 
 
+def stratified_levels(active: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """(n, blocks) levels in [0, 1), one per ``active`` block, the N of a row one in each stratum [c/N, (c+1)/N).
+
+    The j-th active block of a row (j = 0..N-1, left to right) gets t_j = frac(u + j/N) for the row's
+    ``offset`` u, uniform (only frac(u) matters), written ((j + floor(uN)) mod N + frac(uN)) / N in float64
+    so that no rounding carries a level into its neighbour's stratum. Each t_j alone is U[0, 1) (a shift
+    of a uniform, mod 1). Inactive blocks get 0 (they have no denoised positions to mask).
+    """
+    active = active.to(torch.float64)
+    N = active.sum(-1, keepdim=True)
+    j = active.cumsum(-1) - 1
+    scaled = offset.to(torch.float64)[:, None] * N
+    stratum = torch.remainder(j + torch.floor(scaled), N.clamp_min(1))
+    return torch.where(active > 0, (stratum + scaled - torch.floor(scaled)) / N.clamp_min(1), 0.0)
+
+
+def block_ebpo(policy, batch: ScoringBatch, key: tuple[int, ...]) -> Estimate:
+    """EBPO's block ELBO (LLaDA 2.1, arXiv 2602.08676): one noise level per block, stratified across the
+    sequence's blocks, every block's noisy view in one packed forward.
+
+    What it estimates. Block k's term is the first-token term plus, for each sub-block s with m_s
+    denoised positions, (m_s / l_s) Σ_{i∈M_s} log p(y_i | the rest of the view), where the view shows
+    the clean earlier blocks, the earlier sub-blocks of block k clean and its later ones masked (the
+    sampler's state), l_s = floor(t_k m_s) + 1 and M_s is a uniformly random l_s-subset of the sub-block.
+    If t_k ~ U[0, 1), l_s is uniform on {1..m_s}, and since C(m,l)·B(l, m-l+1) = 1/l,
+
+        E[(m/l) S_s(M)] = Σ_l (1/m)(m/l) E_{|M|=l}[S_s(M)] = Σ_M B(|M|, m-|M|+1) S_s(M)
+                        = ∫_0^1 (1/t) E_{M~Bern(t)}[S_s(M)] dt,
+
+    the continuous-time ELBO of the sub-block given the clean prefix. Summed over sub-blocks, the
+    expectation of block k's estimate is the block's sub-block-chain ELBO (the module docstring), which
+    is at most log π(y_k | c, y_<k): a lower bound in expectation. Only each level's marginal law
+    enters, so any joint law of the levels with uniform marginals keeps every block unbiased. (The
+    count form of ``elbo``, with the level mapped to a count as in DARE's EBPO, arXiv 2604.04215; the
+    Bernoulli(t) mask with weight 1/t has the same mean and an infinite variance.)
+
+    Stratification. The N blocks of a row that hold denoised positions get t_j = frac(u + j/N), one
+    u ~ U[0, 1) per row (``stratified_levels``): each t_j is uniform, and the N levels fall one in each
+    stratum [c/N, (c+1)/N). With v_k a block's estimate and g_k(t) = E[v_k | t_k = t],
+    Var(Σ_k v_k) = Σ_k E[Var(v_k | t_k)] + Var(Σ_k g_k(t_k)): the mask choice given the levels (the first
+    term) is as with independent levels; the second is a systematic-sampling sum, small when the g_k
+    are alike (e.g. all falling as more of the block is masked), against Σ_k Var(g_k(t_k)) for
+    independent levels. So stratification lowers the variance of what sums over blocks (EBPO's
+    sequence-level ratio, ``sequence_logprob``), not of one block's term.
+
+    Against ``elbo``. With sub-block = block, block k's estimate has exactly the law of the 1-draw
+    count-form ``elbo``'s; only the joint law across blocks differs (stratified here, independent there).
+    With sub-blocks, ``elbo`` draws one level per sub-block, independently, and ``ebpo`` one per block,
+    shared by its sub-blocks (l_s = floor(t_k m_s) + 1): still unbiased, but the sub-block terms of a block
+    move together, which can raise one block's variance. Cost: one mask per block, B/S views, as the
+    1-draw ``elbo``: T + (B/S)·(T - start) packed positions per sequence, one forward. Keys: the offset
+    (key..., sample, 0, OFFSET) and the order of the positions (key..., sample, 0, ORDER).
+    """
+    S, B = sub_block_of(policy, batch), policy.block_size
+    maskable = _maskable(batch, B)[:, None]  # (n, 1, T)
+    n, _, T = maskable.shape
+    m = maskable.reshape(n, 1, -1, S).sum(-1).float()  # (n, 1, sub-blocks): m_s
+    offset = _draw_uniforms(batch, key, 1, (1,), purpose=MaskKey.OFFSET)[:, 0, 0]
+    levels = stratified_levels(maskable.reshape(n, T // B, B).any(-1), offset)  # (n, blocks)
+    count = torch.minimum(torch.floor(_blocks(levels, B // S)[:, None] * m) + 1, m.clamp_min(1)).float()
+    order = _draw_uniforms(batch, key, 1, (T,), purpose=MaskKey.ORDER)
+    masks = (_ranks(order, maskable, S) < _blocks(count, S)) & maskable
+    return _block_estimate(policy, batch, masks, m / count, S, monte_carlo=True)
+
+
 def gauss_legendre_nodes(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Nodes and weights of n-point Gauss-Legendre quadrature on [0, 1]."""
     x, w = np.polynomial.legendre.leggauss(n)
@@ -380,6 +448,7 @@ ESTIMATORS = {
     "masked": Estimator(block_masked, "block", NoOptions),
     "elbo": Estimator(block_elbo, "block", ElboOptions),
     "gauss_legendre": Estimator(block_gauss_legendre, "block", GaussLegendreOptions),
+    "ebpo": Estimator(block_ebpo, "block", NoOptions),
     # block: one ratio per block, like the other block estimators (block_grpo compares them unit for
     # unit); the tokens of one decoding step are one joint action, which a token unit would split
     "trajectory": Estimator(trajectory, "block", NoOptions),

@@ -163,6 +163,15 @@ def test_gauss_legendre_masks_are_purpose_one(monkeypatch, tiny_policy):
     assert seen == [("torch_generator", (2, 0, 0, 0, 0, 1)), ("torch_generator", (2, 0, 0, 0, 1, 1))]
 
 
+def test_ebpo_keys_are_its_offset_and_order(monkeypatch, tiny_policy):
+    seen = record(monkeypatch, methods.likelihood)
+    batch = methods.likelihood.ScoringBatch.build([tiny_policy.encode("1+2=")] * 2, [[5, 6, 7, 8]] * 2, tiny_policy.pad_id,
+                                                  tiny_policy.block_size, sample_ids=[0, 3])
+    methods.likelihood.estimate("ebpo", tiny_policy, batch, (2, 0, 1))
+    assert seen == [("torch_generator", (2, 0, 1, 0, 0, 2)), ("torch_generator", (2, 0, 1, 3, 0, 2)),
+                    ("torch_generator", (2, 0, 1, 0, 0, 1)), ("torch_generator", (2, 0, 1, 3, 0, 1))]
+
+
 def test_the_estimator_bench_keys(monkeypatch, tiny_policy):
     keys = []
     estimate = arena.estimator_bench.estimate
