@@ -166,7 +166,7 @@ def add_estimators(commands) -> None:
         commands, "estimators", "bias, spread and cost of every likelihood estimator",
         "Sample completions of held-out arithmetic prompts (temperature 1, random unmasking\n"
         "order, the model's own sub-blocks), score each with every likelihood estimator and\n"
-        "setting (ar, d1, block masked, Monte Carlo ELBO, Gauss-Legendre, trajectory) under\n"
+        "setting (ar, d1, block masked, Monte Carlo ELBO, Gauss-Legendre, EBPO, trajectory) under\n"
         "--repeats independent mask keys, and compare with the sampler's sub-block-chain ELBO:\n"
         "analytic for blocks of at most 8 tokens (with the exact log-likelihood), else Monte Carlo.\n"
         "Prints the table and writes estimators.json, estimators.md and estimators.png into --out.",

@@ -18,6 +18,9 @@ variance of the repeats and r_b the reference:
   the Monte Carlo error of that mean given the sampled completions (the blocks are fixed, the masks
   random), so an unbiased estimator has |bias| within a few stderr;
 - std = sqrt(mean_b s_b²): the spread of one estimate of one block across mask keys;
+- std_sequence = sqrt(mean_i var(Σ_b e_ib)): the spread of one estimate of a whole completion (the sum
+  over its blocks) across mask keys, where the blocks' joint law acts (``ebpo`` stratifies its levels
+  across a sequence's blocks; the other estimators draw each block's masks independently);
 - rmse = sqrt(mean_b ((ē_b - r_b)² + s_b²)): the error of one estimate, bias and spread together;
 - bias_exact: the same bias against the exact log-likelihood of the random-order sampler with
   sub-blocks (the chain over sub-blocks, each enumerated over its unmasking orders; only with the
@@ -195,11 +198,13 @@ def summarize(values: np.ndarray, counted: np.ndarray, reference: np.ndarray, re
     e = values[:, counted]  # (R, blocks)
     R, blocks = e.shape
     mean, var = e.mean(0), (e.var(0, ddof=1) if R > 1 else np.zeros(blocks))
+    sequences = np.where(counted, values, 0.0).sum(-1)  # (R, n): each completion's sum over its blocks
     error = mean - reference[counted]
     return {
         "bias": float(error.mean()),
         "bias_stderr": float(math.sqrt((var / R + reference_var[counted]).sum()) / blocks),
         "std": float(math.sqrt(var.mean())),
+        "std_sequence": float(math.sqrt(sequences.var(0, ddof=1).mean())) if R > 1 else 0.0,
         "rmse": float(math.sqrt((error**2 + var).mean())),
         "bias_exact": None if exact is None else float((mean - exact[counted]).mean()),
     }

@@ -255,9 +255,9 @@ def block_ebpo(policy, batch: ScoringBatch, key: tuple[int, ...]) -> Estimate:
     the continuous-time ELBO of the sub-block given the clean prefix. Summed over sub-blocks, the
     expectation of block k's estimate is the block's sub-block-chain ELBO (the module docstring), which
     is at most log π(y_k | c, y_<k): a lower bound in expectation. Only each level's marginal law
-    enters, so any joint law of the levels with uniform marginals keeps every block unbiased. (The
-    count form of ``elbo``, with the level mapped to a count as in DARE's EBPO, arXiv 2604.04215; the
-    Bernoulli(t) mask with weight 1/t has the same mean and an infinite variance.)
+    enters, so any joint law of the levels with uniform marginals keeps every block unbiased. The level
+    becomes a count as in ``elbo``'s count form and in DARE's EBPO (arXiv 2604.04215); a Bernoulli(t)
+    mask with weight 1/t has the same mean and an infinite variance.
 
     Stratification. The N blocks of a row that hold denoised positions get t_j = frac(u + j/N), one
     u ~ U[0, 1) per row (``stratified_levels``): each t_j is uniform, and the N levels fall one in each
@@ -266,7 +266,9 @@ def block_ebpo(policy, batch: ScoringBatch, key: tuple[int, ...]) -> Estimate:
     term) is as with independent levels; the second is a systematic-sampling sum, small when the g_k
     are alike (e.g. all falling as more of the block is masked), against Σ_k Var(g_k(t_k)) for
     independent levels. So stratification lowers the variance of what sums over blocks (EBPO's
-    sequence-level ratio, ``sequence_logprob``), not of one block's term.
+    sequence-level ratio, ``sequence_logprob``), not of one block's term: block_grpo's per-block ratios
+    each see one block's term, and only their correlation within a sequence changes. With one block
+    (N = 1) there is nothing to stratify.
 
     Against ``elbo``. With sub-block = block, block k's estimate has exactly the law of the 1-draw
     count-form ``elbo``'s; only the joint law across blocks differs (stratified here, independent there).

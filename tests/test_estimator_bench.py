@@ -17,8 +17,8 @@ import arena.estimator_bench
 from methods.likelihood import ESTIMATORS
 from rewards import get_task
 
-FIELDS = {"estimator", "draws", "nodes", "block_size", "sub_block", "bias", "bias_stderr", "std", "forward_tokens",
-          "seconds"}
+FIELDS = {"estimator", "draws", "nodes", "block_size", "sub_block", "bias", "bias_stderr", "std", "std_sequence",
+          "forward_tokens", "seconds"}
 
 
 def arithmetic_prompts(policy, n):
@@ -70,7 +70,8 @@ def test_records_cover_every_estimator_with_their_fields(report):
     masked = next(r for r in report.records if r["estimator"] == "masked")
     ar = next(r for r in report.records if r["estimator"] == "ar")  # the clean stream alone: T per sequence
     count = {r["draws"]: r["forward_tokens"] for r in elbo if r["variant"] == "form=count"}
-    assert masked["forward_tokens"] == count[1]  # one mask each, scored in one view per sub-block
+    ebpo = next(r for r in report.records if r["estimator"] == "ebpo")
+    assert masked["forward_tokens"] == ebpo["forward_tokens"] == count[1]  # one mask each, one view per sub-block
     assert count[2] - ar["forward_tokens"] == pytest.approx(2 * (count[1] - ar["forward_tokens"]))  # views per mask
 
 
@@ -78,6 +79,7 @@ def test_monte_carlo_elbo_is_unbiased_and_block_masked_is_not(report):
     unbiased = [r for r in report.records if r["estimator"] == "elbo"]
     unbiased += [r for r in report.records if r["estimator"] == "gauss_legendre" and not r["options"]["exact_count"]
                  and r["nodes"] == 2]
+    unbiased += [r for r in report.records if r["estimator"] == "ebpo"]
     for r in unbiased:
         assert abs(r["bias"]) < 5 * r["bias_stderr"], r
     masked = next(r for r in report.records if r["estimator"] == "masked")
@@ -101,7 +103,7 @@ def test_settings_follow_the_estimator_table():
     assert found == {
         ("ar", "", None), ("d1", "p_mask=0.15", None), ("masked", "", None),
         ("elbo", "form=count", 1), ("elbo", "form=count", 3), ("elbo", "form=uniform", 1), ("elbo", "form=uniform", 3),
-        ("gauss_legendre", "", 2), ("gauss_legendre", "exact_count", 2), ("trajectory", "", None),
+        ("gauss_legendre", "", 2), ("gauss_legendre", "exact_count", 2), ("ebpo", "", None), ("trajectory", "", None),
     }  # antithetic draws come in pairs: none with K = 1 or 3
 
 
