@@ -15,7 +15,7 @@ the later sub-blocks masked, as the sampler saw them:
   arXiv 2510.08554, does this for whole sequences), optionally with ``exact_count`` masks;
 - ``estimator: ebpo``: EBPO's estimator (LLaDA 2.1, arXiv 2602.08676): one count-form draw per block,
   the levels of a sequence's blocks stratified (one per stratum of (0, 1)), all blocks in one forward;
-  unbiased per block like the 1-draw ELBO, at its cost, with a lower-variance sum over the blocks;
+  unbiased per block like the 1-draw ELBO, at its cost; stratification acts on the sum over blocks only;
 - ``estimator: trajectory``: the exact log-probability of the rollout's recorded decoding steps
   (each step's committed tokens given the state the sampler was in; exact for either order, the
   confidence order taken as given): the reference the ELBO family approximates.

@@ -34,7 +34,8 @@ otherwise):
   node count (no n makes it unbiased, unless m_s = 1).
 - ``ebpo``: EBPO's estimator (LLaDA 2.1, arXiv 2602.08676): one count-form draw per block, its level
   uniform and the levels of a sequence's blocks stratified (one per stratum of (0, 1)); unbiased for
-  each block's ELBO, lower variance of the sequence's sum. Derived in ``block_ebpo``.
+  each block's ELBO; the sequence's sum has lower variance when the blocks' terms vary alike with the
+  level. Derived in ``block_ebpo``.
 - ``trajectory``: the exact log-probability of the recorded decoding trajectory (``batch.steps``):
   Σ over decoding steps of log p(tokens committed at that step | the state the sampler was in).
 
