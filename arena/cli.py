@@ -157,6 +157,10 @@ def add_sample(commands) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--max-new-tokens", type=positive_int, default=32, metavar="N",
                         help="new tokens; generation ends with the block that reaches them (default: %(default)s)")
+    parser.add_argument("--sub-block-cache", action="store_true",
+                        help="Fast-dLLM v2's sub-block cache (use_block_cache): after a full forward of the block, "
+                             "forward only the current sub-block against the block's kept keys/values; fewer "
+                             "positions per token, different logits (default: off, as in the reference)")
     parser.add_argument("--raw", action="store_true",
                         help="pass the prompt as is, without the chat template (default: templated)")
 

@@ -46,7 +46,7 @@ def cmd_sample(args) -> None:
 
     policy = load_policy(args.model)
     config = SamplerConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                           threshold=args.threshold, order=args.order)
+                           threshold=args.threshold, order=args.order, sub_block_cache=args.sub_block_cache)
     text = args.prompt if args.raw else chat_prompt(args.prompt, policy.tokenizer)
     prompt = policy.encode(text)
     if not prompt:

@@ -14,7 +14,8 @@ Part 2, measurements, on a random model built on the device in bf16 with the exa
 (shared/research/fast_dllm_v2.md; ``--small``: a tiny config with the 7B's block 32 / sub-block 8), in
 this order (the rows with targets first, so that a short budget still measures them): a bf16 matmul peak
 and a copy bandwidth measured in this run (the floors divide by them); one denoising step (32-token block,
-cached prefix) in ms against shared/research/gpu_anchors.md and the issue's targets; generation tokens/s
+cached prefix) in ms against shared/research/gpu_anchors.md and the issue's targets; the same step with and
+without the sub-block cache (8 of the block's 32 positions forwarded); generation tokens/s
 at batch 1 and 64, threshold 1.0 and 0.9; packed scoring forward and forward+backward tokens/s and MFU;
 the random checkpoint saved in the real on-disk format and one ``arena run`` of a 2-step study on it with
 ``--profile fast-dllm-v2-7b --model DIR``, through the whole runner, with an MLflow file store on local
@@ -85,7 +86,8 @@ import torch  # noqa: E402
 from arena.model import load_policy  # noqa: E402
 from arena.model.layout import block_causal_mask  # noqa: E402
 from arena.model.policy import MASK_TOKEN, Policy, qwen2_config, save_checkpoint  # noqa: E402
-from arena.model.sampler import PrefixCache, SamplerConfig, generate  # noqa: E402
+from arena.model.kv_cache import BlockCache, BlockCacheView, PrefixCache  # noqa: E402
+from arena.model.sampler import SamplerConfig, generate  # noqa: E402
 from arena.model.tiny import build_tokenizer, init_weights  # noqa: E402
 from arena.profiles import PROFILES  # noqa: E402
 from arena.rng import numpy_generator, torch_generator  # noqa: E402
@@ -479,6 +481,39 @@ def denoise_row(check: Check, big: Big, batch: int):
             f"{ms / (1e3 * max(memory, compute)):.1f}x the floor")
 
 
+def sub_block_step_row(check: Check, big: Big, batch: int):
+    """One denoising step without and with the sub-block cache, both timed here: the whole 32-token block against
+    the prefix cache and its 32 logits, then the second 8-token sub-block against the prefix cache plus the block's
+    kept keys/values (``arena.model.kv_cache.BlockCacheView``) and its 8 logits. A refresh step costs the first."""
+    policy, prefix = big.policy, big.scale.prefix
+    ids = torch.tensor(random_prompts(big, batch, prefix + BLOCK), device=policy.device)
+    positions = torch.arange(prefix + BLOCK, device=policy.device).expand(batch, -1)
+    valid = torch.ones(batch, prefix + BLOCK, dtype=torch.bool, device=policy.device)
+    in_block = torch.arange(SUB_BLOCK, 2 * SUB_BLOCK, device=policy.device).expand(batch, -1)
+    sub = slice(prefix + SUB_BLOCK, prefix + 2 * SUB_BLOCK)
+    cache, block = PrefixCache(), BlockCache()
+    with torch.no_grad():
+        policy.hidden(ids[:, :prefix], positions[:, :prefix],
+                      block_causal_mask(positions[:, :prefix], positions[:, :prefix], BLOCK, valid[:, :prefix]), cache)
+        cache.commit = False
+        mask = block_causal_mask(positions[:, prefix:], positions, BLOCK, valid)
+        sub_mask = block_causal_mask(positions[:, sub], positions, BLOCK, valid)
+        policy.hidden(ids[:, prefix:], positions[:, prefix:], mask, BlockCacheView(cache, block, None, None))
+
+        def full():
+            return policy.logits(policy.hidden(ids[:, prefix:], positions[:, prefix:], mask, cache))
+
+        def cached():
+            view = BlockCacheView(cache, block, None, in_block)
+            return policy.logits(policy.hidden(ids[:, sub], positions[:, sub], sub_mask, view))
+
+        full_s, _ = check.timed(full, max(big.scale.repeats, 5))
+        cached_s, _ = check.timed(cached, max(big.scale.repeats, 5))
+    return (f"{1e3 * cached_s:.2f} ms cached, {1e3 * full_s:.2f} ms full", f"{SUB_BLOCK} vs {BLOCK} positions "
+            "forwarded", "measured", f"batch {batch}, prefix {prefix} cached; {full_s / cached_s:.2f}x per cached step; "
+            "a refresh step costs the full one (benchmarks/sub_block_cache.py counts how often)")
+
+
 def scoring_batch(big: Big, rows: int, length: int, prompt: int = 64, sub_block: int | None = None) -> ScoringBatch:
     ids = random_prompts(big, rows, length, seed=1)
     return ScoringBatch.build([r[:prompt] for r in ids], [r[prompt:] for r in ids], big.policy.pad_id, BLOCK,
@@ -763,6 +798,7 @@ def run_check(device: str, small: bool, budget: float, workdir: Path) -> Check:
     low, high = scale.gen_batches
     rows = [("matmul peak and copy bandwidth", peak_row)]
     rows += [(f"denoising step batch {b}", denoise_row, b) for b in (low, high)]
+    rows += [(f"sub-block cache step batch {b}", sub_block_step_row, b) for b in (low, high)]
     rows += [(f"generate batch {b}, threshold {t}", generation_row, b, t) for b in (low, high) for t in (1.0, 0.9)]
     rows += [("packed scoring forward", packed_row, False), ("packed scoring forward+backward", packed_row, True)]
     rows += [("save checkpoint (real format)", save_row, workdir / "checkpoint")]

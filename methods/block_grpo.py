@@ -18,7 +18,8 @@ the later sub-blocks masked, as the sampler saw them:
   unbiased per block like the 1-draw ELBO, at its cost; stratification acts on the sum over blocks only;
 - ``estimator: trajectory``: the exact log-probability of the rollout's recorded decoding steps
   (each step's committed tokens given the state the sampler was in; exact for either order, the
-  confidence order taken as given): the reference the ELBO family approximates.
+  confidence order taken as given): the reference the ELBO family approximates. It refuses
+  ``sub_block_cache: true`` rollouts, whose steps it cannot replay (docs/performance.md).
 
 Masks are fresh every inner iteration and shared by θ, θ_old and the reference within one. The
 idea and the three estimators come from the seed post (shared/seed/block-grpo-blog.md).
@@ -56,6 +57,11 @@ class BlockGRPOConfig(GRPOConfig):
     def problems(self):
         yield from super().problems()
         yield from problems_of(ESTIMATORS[self.estimator].options, **self.estimator_options())
+        if self.sub_block_cache and self.estimator == "trajectory":
+            yield "sub_block_cache", ("the trajectory estimator replays the rollout's decoding steps with full-block "
+                                      "forwards, but the sub-block cache decoded them against stale keys/values: its "
+                                      "likelihood would not be the sampler's; use another estimator or "
+                                      "sub_block_cache: false")
 
 
 @register("block_grpo")

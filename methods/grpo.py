@@ -71,6 +71,7 @@ class GRPOConfig(MethodConfig):
     max_new_tokens: int = 64  # rollout length, rounded up to whole blocks
     temperature: float = 1.0  # rollout temperature; the estimators score at the same temperature
     threshold: float = 1.0  # sampler confidence threshold (1.0: one token per step)
+    sub_block_cache: bool = False  # rollouts through Fast-dLLM v2's sub-block cache (arena.model.sampler)
     trainable: Literal["full", "lora", "subset"] = "full"  # peft for LoRA; subset: trainable_names
     lora_rank: int = 8
     lora_alpha: float = 16.0
@@ -199,7 +200,7 @@ class GRPO:
         self.master = fsdp.MasterWeights([p for _, p in self.params])
         self.optimizer = torch.optim.AdamW(self.master.masters, lr=config.lr, weight_decay=config.weight_decay)
         self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                                     threshold=config.threshold)
+                                     threshold=config.threshold, sub_block_cache=config.sub_block_cache)
         self.forward_tokens = 0  # estimator forward tokens of the current step
         self.backward_tokens = 0  # of them, those the loss's backward pass goes through
         self.skipped_steps = 0  # steps skipped as non-finite, this run (checkpointed)

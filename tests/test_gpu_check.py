@@ -18,7 +18,8 @@ CORRECTNESS = ["sampler bf16 vs cpu fp32", "sampler fp32 vs cpu fp32", "cached v
                "import chain"]
 MEASURE = ["build the random model", "matmul peak and copy bandwidth",
            *(f"generate batch {b}, threshold {t}" for b in (1, 8) for t in (1.0, 0.9)),
-           "denoising step batch 1", "denoising step batch 8", "packed scoring forward",
+           "denoising step batch 1", "denoising step batch 8", "sub-block cache step batch 1",
+           "sub-block cache step batch 8", "packed scoring forward",
            "packed scoring forward+backward", "elbo K=1 per sequence", "elbo K=2 per sequence", "elbo K=4 per sequence",
            "trajectory memory B=4", "es perturb+restore, full noise", "es perturb+restore, low-rank noise",
            "block_grpo step, lora", "block_grpo step, full", "es step, lora", "es step, full", "es overhead share",
@@ -72,3 +73,11 @@ def test_agreement_counts_matches_and_the_first_divergence():
     assert gpu.agreement([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 5]]) == (1.0, None, 1.0)
     assert gpu.agreement([[1, 2, 3, 4], [5, 6]], [[1, 9, 3, 4], [5, 6]]) == (5 / 6, 1, 0.5)
     assert gpu.agreement([[1, 2, 3]], [[1, 2]]) == (2 / 3, 2, 0.0)  # a shorter completion diverges where it ends
+
+
+def test_the_sub_block_cache_row_times_both_steps_on_the_small_model():
+    check = gpu.Check("cpu", budget=120)
+    big = gpu.build_model(check, small=True)
+    row = check.row("measure", "sub-block cache step batch 2", gpu.sub_block_step_row, big, 2)
+    assert row.status == "measured", row.note
+    assert "ms cached" in row.value and "ms full" in row.value

@@ -19,6 +19,30 @@ Returned per completion token: the forward step at which it was decoded and the 
 was drawn with (under the tempered, top-p-truncated distribution; for greedy rows, the untempered
 probability of the argmax token). Completions cover whole blocks: tokens after the stop token in
 its block were decoded too and belong to the block's likelihood; ``lengths`` marks the text.
+
+The sub-block cache (``sub_block_cache``, off by default as in the reference; Fast-dLLM v2's
+``use_block_cache``, its paper's DualCache) changes what a denoising step forwards, per row:
+- A *refresh* forwards the whole block against the prefix cache (the step above) and keeps the
+  keys/values of all B block positions, per layer. A row refreshes at the first step of every
+  block, and at every step at which the first position of its current sub-block is still masked.
+- Any other step forwards only the S positions of the row's current sub-block, at their absolute
+  positions. In every layer their fresh keys/values overwrite their own slice of the kept block
+  (the slice stays overwritten), and the S queries attend to the prefix cache plus all B kept
+  positions: the other sub-blocks' keys/values are *stale*, those of the last refresh, computed
+  when more of the block was masked (later positions decoded since then are not seen).
+- Why the refresh rule: a step's logit for position j sits at j-1, and for the sub-block's first
+  position j-1 lies outside the forwarded sub-block. While that position is masked the step needs
+  the full block; once it is decoded the S forwarded positions give every logit still needed.
+  In sub-block 0 the first position is always given (block start or prompt tail), so only the
+  block's first step refreshes; in a later sub-block the row refreshes until that sub-block's
+  first position is decoded, which in confidence order may be its last step.
+- A block's kept keys/values are dropped when the block completes; the commit forward (and so the
+  prefix cache and the next block's first token) is the same as without the cache.
+The reference decides the refresh for the whole batch (refresh if any row needs it); here each row
+decides alone (what the reference's single-sequence ``generate`` does), so that a row's output
+still does not depend on its batch mates: rows that disagree are forwarded in two parts, and rows
+already done with the block are not forwarded. The likelihood of a cached rollout is not the one
+the scorer's estimators compute from full-block forwards (docs/performance.md).
 """
 from __future__ import annotations
 
@@ -26,6 +50,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from arena.model.kv_cache import BlockCache, BlockCacheView, PrefixCache
 from arena.model.layout import block_causal_mask, shift_logits
 from arena.model.policy import Policy
 from arena.rng import torch_generator
@@ -40,6 +65,7 @@ class SamplerConfig:
     sub_block: int | None = None  # None = the checkpoint's sub-block size
     order: str = "confidence"  # or "random": uniform unmasking order (the exactness tests need it)
     use_cache: bool = True
+    sub_block_cache: bool = False  # Fast-dLLM v2's use_block_cache (module docstring); needs use_cache
 
     def __post_init__(self):
         if self.order not in ("confidence", "random"):
@@ -48,6 +74,9 @@ class SamplerConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
+        if self.sub_block_cache and not self.use_cache:
+            raise ValueError("sub_block_cache keeps the block's keys/values next to the prefix cache: it needs "
+                             "use_cache=True")
 
 
 @dataclass
@@ -59,34 +88,6 @@ class Generation:
     lengths: list[int]  # completion tokens up to and including the stop token (the text)
     forward_tokens: int = 0  # query tokens forwarded through the model
     texts: list[str] = field(default_factory=list)
-
-
-class PrefixCache:
-    """Block-level KV cache: the clean prefix stays fixed while a block is denoised.
-
-    Implements the one method transformers' attention layers call (``update``); keys/values are
-    appended only when ``commit`` is set (the forward of a completed block).
-    """
-
-    def __init__(self):
-        self.keys, self.values, self.commit = [], [], True
-
-    def update(self, key, value, layer_idx, *args, **kwargs):
-        if layer_idx == len(self.keys):
-            self.keys.append(key[:, :, :0])
-            self.values.append(value[:, :, :0])
-        full_key = torch.cat([self.keys[layer_idx], key], dim=-2)
-        full_value = torch.cat([self.values[layer_idx], value], dim=-2)
-        if self.commit:
-            self.keys[layer_idx], self.values[layer_idx] = full_key, full_value
-        return full_key, full_value
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.keys[0].shape[-2] if self.keys else 0
-
-    def select(self, rows: torch.Tensor) -> None:
-        self.keys = [k[rows] for k in self.keys]
-        self.values = [v[rows] for v in self.values]
 
 
 def draw(logits: torch.Tensor, temperature: torch.Tensor, top_p: float, uniforms: torch.Tensor):
@@ -169,6 +170,7 @@ class Decoding:
         self.ends = [0] * n  # completion length covered by finished blocks
         self.alive = torch.arange(n, device=device)
         self.cache = PrefixCache() if config.use_cache else None
+        self.block_cache = BlockCache() if config.sub_block_cache else None
         self.step, self.forward_tokens = 0, 0
         self.generated = 0  # blocks generated so far (same for every alive row)
         # `pending` marks masked positions by state, not by token id, so a model that emits the mask id
@@ -190,8 +192,7 @@ class Decoding:
         policy, cache, B = self.policy, self.cache, self.B
         width_q = queries.shape[1]
         keys_valid = torch.cat([self.context_valid, queries_valid], 1)
-        key_positions = (torch.arange(start + width_q, device=self.device)[None]
-                         - self.offset[self.alive][:, None]).clamp_min(0)
+        key_positions = self.positions(start + width_q)
         query_positions = key_positions[:, start:]
         if cache is not None:
             cache.commit = commit
@@ -207,6 +208,49 @@ class Decoding:
         self.step += 1
         self.forward_tokens += mask.shape[0] * mask.shape[2]
         return hidden
+
+    def positions(self, length: int) -> torch.Tensor:
+        """(alive rows, length) position ids of the physical positions [0, length): the left padding undone."""
+        return (torch.arange(length, device=self.device)[None] - self.offset[self.alive][:, None]).clamp_min(0)
+
+    def cached_logits(self, first_step: bool) -> torch.Tensor:
+        """One denoising step through the sub-block cache (module docstring): logits (rows, B, V) of the current
+        block at the positions forwarded (elsewhere zeros, never read: no candidate is predicted from there)."""
+        B, S, pending = self.B, self.S, self.pending
+        if first_step:
+            self.block_cache.clear()
+        sub_start = pending.float().argmax(1) // S * S  # in-block start of each row's current sub-block
+        decoding = pending.any(1)
+        refresh = decoding & (first_step | pending.gather(1, sub_start[:, None]).squeeze(1))
+        whole = torch.arange(B, device=self.device).expand(len(pending), B)
+        sub_block = sub_start[:, None] + torch.arange(S, device=self.device)
+        logits = None
+        for part, in_block, refreshing in ((refresh, whole, True), (decoding & ~refresh, sub_block, False)):
+            slots = part.nonzero().flatten()
+            if len(slots) == 0:
+                continue
+            in_block = in_block[slots]
+            part_logits = self.policy.logits(self.sub_block_forward(None if len(slots) == len(part) else slots,
+                                                                    in_block, refreshing))
+            if logits is None:
+                logits = part_logits.new_zeros(len(part), B, part_logits.shape[-1])
+            logits[slots[:, None], in_block] = part_logits
+        self.step += 1
+        return logits
+
+    def sub_block_forward(self, slots: torch.Tensor | None, in_block: torch.Tensor, refresh: bool) -> torch.Tensor:
+        """Hidden states (rows, Q, d) of batch ``slots`` (None: every row) at in-block positions ``in_block``
+        (rows, Q) through the sub-block cache: a refresh (the whole block) or a sub-block step."""
+        B, start = self.B, self.block_start
+        rows = slice(None) if slots is None else slots
+        block = self.block[rows]
+        keys_valid = torch.cat([self.context_valid[rows], torch.ones_like(block, dtype=torch.bool)], 1)
+        key_positions = self.positions(start + B)[rows]
+        query_positions = key_positions[:, start:].gather(1, in_block)
+        mask = block_causal_mask(query_positions, key_positions, B, keys_valid)
+        view = BlockCacheView(self.cache, self.block_cache, slots, None if refresh else in_block)
+        self.forward_tokens += mask.shape[0] * mask.shape[2]
+        return self.policy.hidden(block.gather(1, in_block), query_positions, mask, cache=view)
 
     def record(self, slots: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, probs: torch.Tensor) -> None:
         """Store decoded ``tokens`` (drawn with ``probs``) of batch ``slots`` at completion ``positions``."""
@@ -249,9 +293,14 @@ class Decoding:
     def denoise(self, start: int) -> None:
         """Denoise the current block at physical position ``start``, sub-block by sub-block."""
         config, B, S, device, pending = self.config, self.B, self.S, self.device, self.pending
+        first_step = True
         while pending.any():
-            logits = shift_logits(self.policy.logits(self.forward(self.block, torch.ones_like(pending), start,
-                                                                  commit=False)))
+            if self.block_cache is None:
+                logits = self.policy.logits(self.forward(self.block, torch.ones_like(pending), start, commit=False))
+            else:
+                logits = self.cached_logits(first_step)
+            first_step = False
+            logits = shift_logits(logits)
             sub_of_first_mask = pending.float().argmax(1) // S
             in_sub = pending & (torch.arange(B, device=device)[None] // S == sub_of_first_mask[:, None])
             # every candidate of every decoding row in one draw; candidate k of a row (in position order) takes
