@@ -103,7 +103,7 @@ def row(name, policy, prompts, sub_block, args) -> None:
     S = sub_block or policy.sub_block
     print(f"{name:>16} {policy.block_size:>3}/{S:<3} {per_off:>8.1f} {per_on:>8.1f} {per_off / per_on:>6.2f}x "
           f"{refresh_share(policy, prompts, cached_config):>8.2f} {ms_off:>8.2f} {ms_on:>8.2f} "
-          f"{ms_off / ms_on:>6.2f}x {same:>6.2f} {gaps[0]:>9.1e} {gaps[1]:>9.1e}")
+          f"{ms_off / ms_on:>6.2f}x {same:>6.2f} {gaps[0]:>9.1e} {gaps[1]:>9.1e}", flush=True)
 
 
 def main() -> None:

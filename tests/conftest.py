@@ -23,6 +23,21 @@ def sharpen(policy, std: float = 0.25, seed: int = 7):
     return policy
 
 
+class StopShifted:
+    """``policy`` with ``shift`` added to the stop token's logit everywhere (+40: it stops at once; -inf: never)."""
+
+    def __init__(self, policy, shift: float):
+        self.policy, self.shift = policy, shift
+
+    def __getattr__(self, name):
+        return getattr(self.policy, name)
+
+    def logits(self, hidden):
+        logits = self.policy.logits(hidden)
+        logits[..., self.policy.eos_id] += self.shift
+        return logits
+
+
 @contextlib.contextmanager
 def gloo_rank(store: str, rank: int, world: int, seconds: int = 120):
     """Run the block as rank ``rank`` of a ``world``-process gloo group, then end this spawned process.

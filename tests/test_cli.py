@@ -33,6 +33,18 @@ def test_sample_is_reproducible(checkpoint, capsys):
     assert all(f"[{i}] 12+7=" in first[1].out for i in range(3)) and first[1].out != other[1].out
 
 
+def test_sample_decodes_through_the_sub_block_cache_when_asked(checkpoint, capsys, monkeypatch):
+    import arena.model.sampler as sampler
+
+    configs, real = [], sampler.generate
+    monkeypatch.setattr(sampler, "generate", lambda policy, prompts, config, **kw: configs.append(config)
+                        or real(policy, prompts, config, **kw))
+    for flag in ((), ("--sub-block-cache",)):
+        code, out = sample(capsys, "--model", str(checkpoint), "--prompt", "12+7=", *flag)
+        assert code == 0 and "[0] 12+7=" in out.out
+    assert [c.sub_block_cache for c in configs] == [False, True]
+
+
 def test_user_mistakes_exit_2_without_traceback(checkpoint, capsys, tmp_path):
     code, out = sample(capsys, "--model", str(tmp_path / "missing"), "--prompt", "1+1=")
     assert code == 2 and "hf download" in out.err and "--model tiny" in out.err and "Traceback" not in out.err

@@ -8,6 +8,7 @@ import torch
 from scipy import stats
 
 from arena.model.sampler import SamplerConfig, draw, generate
+from conftest import StopShifted
 from methods.oracle import next_token_logprobs, sub_block_chains
 
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12], [13] * 8, [20, 21, 22, 23, 24], [30], [40, 41, 42, 43, 44, 45, 46]]
@@ -92,21 +93,7 @@ def test_parallel_unmasking_decodes_several_tokens_per_step(tiny_policy):
 
 
 def test_stop_token_ends_each_row(tiny_policy):
-    class StopAfter:
-        """The tiny policy, with the stop token made overwhelming once it is in the context."""
-
-        def __init__(self, policy):
-            self.policy = policy
-
-        def __getattr__(self, name):
-            return getattr(self.policy, name)
-
-        def logits(self, hidden):
-            logits = self.policy.logits(hidden)
-            logits[..., self.policy.eos_id] += 40.0
-            return logits
-
-    out = generate(StopAfter(tiny_policy), PROMPTS, SamplerConfig(max_new_tokens=40), seed=0)
+    out = generate(StopShifted(tiny_policy, 40.0), PROMPTS, SamplerConfig(max_new_tokens=40), seed=0)
     for prompt, tokens, length in zip(PROMPTS, out.tokens, out.lengths):
         assert tokens[length - 1] == tiny_policy.eos_id
         assert tiny_policy.eos_id not in tokens[: length - 1]

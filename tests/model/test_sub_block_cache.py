@@ -15,6 +15,7 @@ import torch
 from arena.model import load_policy
 from arena.model.sampler import SamplerConfig, draw, generate
 from arena.rng import torch_generator
+from conftest import StopShifted
 from arena.config import StudyError
 from arena.study import validate
 from methods.likelihood import ScoringBatch, estimate
@@ -31,27 +32,12 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-class NoStop:
-    """A policy that never proposes the stop token, so that every row decodes all its blocks and sub-blocks."""
-
-    def __init__(self, policy):
-        self.policy = policy
-
-    def __getattr__(self, name):
-        return getattr(self.policy, name)
-
-    def logits(self, hidden):
-        logits = self.policy.logits(hidden)
-        logits[..., self.policy.eos_id] = -math.inf
-        return logits
-
-
 @pytest.fixture(scope="module")
 def policies(tiny_policy):
     # tiny: blocks of 8, sub-blocks of 4; tiny-multiblock: blocks of 16, sub-blocks of 8 (Fast-dLLM v2's in-block
     # geometry); the multiblock model as trained, with its stop token, and both without it (every block decoded)
     multi = load_policy("tiny-multiblock")
-    return {"tiny": NoStop(tiny_policy), "multi": multi, "multi-nostop": NoStop(multi)}
+    return {"tiny": StopShifted(tiny_policy, -math.inf), "multi": multi, "multi-nostop": StopShifted(multi, -math.inf)}
 
 
 def hidden_of(policy, ids: list[int], positions: list[int], allowed: torch.Tensor) -> torch.Tensor:
