@@ -129,7 +129,7 @@ def _fits(value, hint) -> bool:
 
 CONVERT, REQUIRED = "convert", "required"  # field metadata that ``build`` reads (see there)
 # field metadata of an option added after runs that must keep their hashes: ``arena.study.plain`` (hence every
-# config hash) leaves the field out while it is None
+# config hash) leaves the field out while it holds its default (None, or an off switch's False)
 IDENTITY_WHEN_SET = "identity when set"
 
 

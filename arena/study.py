@@ -476,10 +476,10 @@ class RunSpec:
 
 def plain(value):
     """Dataclasses, dicts, lists and tuples as plain dicts and lists (YAML- and JSON-safe); a field marked
-    ``IDENTITY_WHEN_SET`` is left out while it is None (so that adding it changed no config hash)."""
+    ``IDENTITY_WHEN_SET`` is left out while it holds its default (so that adding it changed no config hash)."""
     if dataclasses.is_dataclass(value):
         value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
-                 if not (f.metadata.get(IDENTITY_WHEN_SET) and getattr(value, f.name) is None)}
+                 if not (f.metadata.get(IDENTITY_WHEN_SET) and getattr(value, f.name) == f.default)}
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     return [plain(v) for v in value] if isinstance(value, (list, tuple)) else value

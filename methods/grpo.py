@@ -43,11 +43,12 @@ import copy
 import dataclasses
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 
+from arena.config import IDENTITY_WHEN_SET
 from arena.rng import seed_of
 from arena.model.sampler import Generation, SamplerConfig, generate
 from methods import fsdp, likelihood
@@ -71,7 +72,8 @@ class GRPOConfig(MethodConfig):
     max_new_tokens: int = 64  # rollout length, rounded up to whole blocks
     temperature: float = 1.0  # rollout temperature; the estimators score at the same temperature
     threshold: float = 1.0  # sampler confidence threshold (1.0: one token per step)
-    sub_block_cache: bool = False  # rollouts through Fast-dLLM v2's sub-block cache (arena.model.sampler)
+    # rollouts through Fast-dLLM v2's sub-block cache (arena.model.sampler); off: the hashes of earlier runs
+    sub_block_cache: bool = field(default=False, metadata={IDENTITY_WHEN_SET: True})
     trainable: Literal["full", "lora", "subset"] = "full"  # peft for LoRA; subset: trainable_names
     lora_rank: int = 8
     lora_alpha: float = 16.0

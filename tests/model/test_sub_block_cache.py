@@ -201,6 +201,12 @@ def test_a_study_refuses_the_trajectory_estimator_on_cached_rollouts():
     assert validate({"arms": {"cached": arm}}, "s.yaml").arms["cached"].method == "block_grpo"
 
 
+def test_the_option_is_in_a_runs_identity_only_when_on():
+    runs = {str(value): validate({"arms": {"g": {"method": "grpo", "options": value}}}, "s.yaml").runs()[0].config_hash
+            for value in ({}, {"sub_block_cache": False}, {"sub_block_cache": True})}
+    assert len(set(runs.values())) == 2  # off, written or not, keeps the hash runs had before the option
+
+
 def test_cached_rollouts_are_not_what_the_trajectory_estimator_scores(policies):
     """Why the study refuses the pair: on cached rollouts the replayed terms leave the sampler's probabilities."""
     policy = policies["multi-nostop"]
