@@ -5,8 +5,8 @@ A config is a dataclass whose fields carry their types (``Literal`` for every en
 whose ``problems()`` yields ``(field, message)`` for each out-of-range value, calling
 ``super().problems()`` first, so a subclass never hides its parent's problems or the reverse.
 ``build(cls, options, where)`` checks unknown keys (with a close match), types and ranges all the way
-down (a field typed as a config dataclass, or ``dict[str, Dataclass]``, is built from its mapping),
-and raises one ``ConfigError`` holding every problem, each with its path:
+down (a field typed as a config dataclass, or ``dict[str, Dataclass]``, nested or not, is built from its
+mapping), and raises one ``ConfigError`` holding every problem, each with its path:
 
     optimizer[es].sigma: must be > 0, got -1
     optimizer[es].populaton: unknown option; did you mean 'population'?
@@ -107,7 +107,8 @@ def describe(hint) -> str:
         return "null"
     if origin in (list, tuple):
         return "a list"
-    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(hint, str(hint))
+    return {float: "a number", int: "an integer", bool: "true or false", str: "a string",
+            dict: "a mapping"}.get(hint, str(hint))
 
 
 def _fits(value, hint) -> bool:
@@ -137,7 +138,7 @@ def build(cls, options: dict | None, where: str = "", fixed: dict | None = None,
     """``cls(**options, **fixed)`` with every unknown key, wrong type and out-of-range value reported at once.
 
     All the way down: a field typed as a config dataclass is built from its mapping, a ``dict[str, Dataclass]``
-    field entry by entry (an entry that fails is left out, and the parent's checks run on the others). A field's
+    field (or ``dict[str, dict[str, Dataclass]]``, ...) entry by entry (an entry that fails is left out, and the parent's checks run on the others). A field's
     ``metadata[CONVERT]`` brings a value into the field's form first (a count into a list of seeds, say; it
     raises ValueError saying what it expected); ``metadata[REQUIRED]`` says what a missing option must be (and
     what a mapping field expected when it got something else). A parent's own problem at the path of an option
@@ -189,22 +190,31 @@ def _option(key: str, value, hint, metadata) -> tuple[object, list[Problem]]:
             return build(hint, value, where=key), []
         except ConfigError as error:
             return _MISSING, error.problems
-    entry = typing.get_args(hint)[-1] if typing.get_origin(hint) is dict else None
-    if isinstance(entry, type) and dataclasses.is_dataclass(entry):
+    leaf = _config_entries(hint)
+    if leaf:
         if not isinstance(value, dict):
-            expected = metadata.get(REQUIRED, f"a mapping of names to {entry.__name__} options")
+            expected = metadata.get(REQUIRED, f"a mapping of names to {leaf.__name__} options")
             return _MISSING, [Problem(key, f"expected {expected}, got {value!r}")]
         built, problems = {}, []
         for name, options in value.items():
-            try:
-                built[str(name)] = build(entry, options, where=join(key, str(name)))
-            except ConfigError as error:
-                problems += error.problems
+            entry, found = _option(join(key, str(name)), options, typing.get_args(hint)[-1], {})
+            if entry is not _MISSING:
+                built[str(name)] = entry
+            problems += found
         return built, problems
     reason = type_problem(value, hint)
     if reason:
         return _MISSING, [Problem(key, reason)]
     return (tuple(value) if typing.get_origin(hint) is tuple else value), []
+
+
+def _config_entries(hint):
+    """The config dataclass a ``dict[str, ...]`` hint maps names to, through nested dicts; None for another hint."""
+    while typing.get_origin(hint) is dict:
+        hint = typing.get_args(hint)[-1]
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            return hint
+    return None
 
 
 def import_path(path: str, field_name: str):

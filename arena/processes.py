@@ -28,6 +28,21 @@ def worker_pool(slots: int, threads: int) -> concurrent.futures.ProcessPoolExecu
                                                   initargs=(free, threads))
 
 
+def run_in_slots(placement, task, items) -> list:
+    """``task(item, device, slot)`` for each of ``items``, in order: in this process when ``placement`` has one
+    slot, else in a ``worker_pool`` of a process per slot, on the device of the slot the process holds. ``task``
+    must pickle: a module's function, or a ``functools.partial`` of one."""
+    if placement.slots == 1:
+        return [task(item, placement.device(0), 0) for item in items]
+    with worker_pool(placement.slots, placement.threads()) as pool:
+        futures = [pool.submit(_in_slot, task, item, placement) for item in items]
+        return [future.result() for future in futures]
+
+
+def _in_slot(task, item, placement):
+    return task(item, placement.device(worker_slot()), worker_slot())
+
+
 def _start_worker(free, threads: int) -> None:
     import torch
 

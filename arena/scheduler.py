@@ -8,6 +8,7 @@ statistic) is reported and the others go on.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -16,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from arena.processes import worker_pool, worker_slot
+from arena.processes import run_in_slots
 from arena.runner import RUN_FAILURES, Outcome, execute
 
 
@@ -71,14 +72,7 @@ class Placement:
         return int(torch.cuda.is_available())
 
 
-def _run_in_pool_worker(run, study, tracker, parent_id: str, workdir: str, placement: Placement, force: bool,
-                        progress: bool) -> Outcome:
-    """One run in a ``worker_pool`` process, on the device of the slot the process holds."""
-    return _guarded(run, study, tracker, parent_id, Path(workdir), placement.device(worker_slot()), worker_slot(),
-                    force, progress)
-
-
-def _guarded(run, study, tracker, parent_id, workdir, device, position, force, progress) -> Outcome:
+def _guarded(run, device, position, study, tracker, parent_id, workdir, force, progress) -> Outcome:
     try:
         return execute(run, study, tracker, parent_id, workdir, device, position, force, progress)
     except RUN_FAILURES as error:
@@ -88,17 +82,12 @@ def _guarded(run, study, tracker, parent_id, workdir, device, position, force, p
 def run_all(study, runs, tracker, parent_id: str, workdir: Path, placement: Placement, force: bool = False,
             progress: bool = True) -> list[Outcome]:
     """Every run of ``runs``; in this process when there is one slot, else in a pool of processes."""
-    if placement.slots == 1:
-        if not placement.devices:  # a CPU run here gets the threads a worker would have
-            import torch
+    if placement.slots == 1 and not placement.devices:  # a CPU run here gets the threads a worker would have
+        import torch
 
-            torch.set_num_threads(placement.threads())
-        return [_guarded(run, study, tracker, parent_id, workdir, placement.device(0), 0, force, progress)
-                for run in runs]
-    with worker_pool(placement.slots, placement.threads()) as pool:
-        futures = [pool.submit(_run_in_pool_worker, run, study, tracker, parent_id, str(workdir), placement, force,
-                               progress) for run in runs]
-        return [future.result() for future in futures]
+        torch.set_num_threads(placement.threads())
+    return run_in_slots(placement, functools.partial(_guarded, study=study, tracker=tracker, parent_id=parent_id,
+                                                     workdir=Path(workdir), force=force, progress=progress), runs)
 
 
 def _ray_task(run, study, uri: str, experiment: str, parent_id: str, workdir: str, device: str, threads: int,
@@ -109,7 +98,7 @@ def _ray_task(run, study, uri: str, experiment: str, parent_id: str, workdir: st
     from arena.tracking import Tracker
 
     torch.set_num_threads(threads)
-    return _guarded(run, study, Tracker(uri, experiment), parent_id, Path(workdir), device, 0, force, False)
+    return _guarded(run, device, 0, study, Tracker(uri, experiment), parent_id, Path(workdir), force, False)
 
 
 def run_all_ray(study, runs, tracker, parent_id: str, workdir: Path, placement: Placement,
@@ -301,17 +290,30 @@ def matched_cost(study) -> str:
             f"the run's own {own} evaluation completions")
 
 
+def invocation(study, tracking_uri: str | None, tags: dict | None = None):
+    """What an invocation of ``arena run`` or ``arena tune`` opens first, once ``study``'s model is known to be
+    there: the tracker of the study's store and the invocation's parent run (to enter), tagged with the study,
+    the commit, the profile and ``tags``."""
+    from arena.runner import git_commit, require_weights
+    from arena.tracking import Tracker, resolve_uri
+
+    require_weights(study.model)
+    tracker = Tracker(resolve_uri(tracking_uri, study.tracking.uri), study.tracking.experiment or study.name)
+    return tracker, tracker.parent_run(study.name, {"arena.study": study.name, "arena.git_commit": git_commit(),
+                                                    "arena.profile": study.profile or "none", **(tags or {})})
+
+
 def run_study(study, runs, placement: Placement, tracking_uri: str | None, workdir: Path, force: bool = False,
               progress: bool = True) -> list[Outcome]:
     """Every run of ``runs`` under one parent MLflow run, then the summary per arm; returns the outcomes."""
-    from arena.runner import git_commit, require_weights
-    from arena.tracking import NullTracker, Tracker, resolve_uri
+    from arena.runner import require_weights
+    from arena.tracking import NullTracker
     from methods.base import world
 
-    require_weights(study.model)
     if world()[0] > 0:  # another rank of one run across processes: its share of the work; rank 0 logs and prints
-        return [_guarded(runs[0], study, NullTracker(), None, Path(workdir), placement.device(0), 0, force, False)]
-    tracker = Tracker(resolve_uri(tracking_uri, study.tracking.uri), study.tracking.experiment or study.name)
+        require_weights(study.model)
+        return [_guarded(runs[0], placement.device(0), 0, study, NullTracker(), None, Path(workdir), force, False)]
+    tracker, parent_run = invocation(study, tracking_uri)
     if placement.processes > 1:
         where = f"one run across {placement.processes} processes, rank 0 on {placement.device(0)}"
     elif placement.backend == "ray":
@@ -322,8 +324,7 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
     print(f"arena run {study.name}: model {study.model}, profile {study.profile or 'none (embedded tiny model)'}, "
           f"{where}, tracking {tracker.uri} (experiment {tracker.experiment})", flush=True)
     started = time.time()
-    with tracker.parent_run(study.name, {"arena.study": study.name, "arena.git_commit": git_commit(),
-                                         "arena.profile": study.profile or "none"}) as parent:
+    with parent_run as parent:
         parent_id = parent.run_id
         if placement.backend == "ray":
             outcomes = run_all_ray(study, runs, tracker, parent_id, Path(workdir), placement, force)

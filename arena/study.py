@@ -505,8 +505,12 @@ def digest(value) -> str:
 def load_study(path, profile: str | None = None) -> Study:
     """Read, parse and validate a study file, as it runs under ``profile`` (``arena.profiles``; None: the
     embedded tiny model); one StudyError with every problem."""
-    source = str(path)
-    raw, lines, found = read_yaml(path)
+    return parsed_study(str(path), *read_yaml(path), profile)
+
+
+def parsed_study(source: str, raw, lines: dict, found: list, profile: str | None = None) -> Study:
+    """``load_study`` of a file ``read_yaml`` read already (``raw`` stays as written), for a reader that needs its
+    text too (``arena tune``'s snippet)."""
     if not lines:
         raise StudyError([Located("", "the file is empty; a study needs at least an 'arms:' section", source)])
     if isinstance(raw, dict):

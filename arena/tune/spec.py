@@ -1,7 +1,7 @@
-"""The tune file: its schema (``TuneFile``, as written; ``Tune``, resolved on its base study), its validation
-(``load_tune``: one ``arena.config.build`` and the checks against the base study, every problem at once, with
-its line) and what ``arena tune --dry-run`` prints (``describe_tune``). The schema with its defaults: the
-package docstring."""
+"""The tune file: its schema (``TuneFile``, each search-space entry a ``Distribution``), checked on its own and
+against its base study in one ``arena.config.build`` (``load_tune``: every problem at once, with its line); the
+tune it resolves to (``Tune``: the trials' settings on the base study); and what ``arena tune --dry-run`` prints
+(``describe_tune``). The schema with its defaults: the package docstring."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,13 +12,15 @@ from typing import Literal
 
 import optuna
 
-from arena.config import (REQUIRED, ConfigError, Located, Problem, StudyError, build, located, read_yaml,
-                          type_problem, unknown_key)
-from arena.study import NAME, BudgetSpec, EvaluationSpec, Section, Study, TrackingSpec, digest, load_study, plain
+from arena.config import (CONVERT, REQUIRED, ConfigError, Located, Problem, StudyError, build, join, located,
+                          read_yaml, type_problem, unknown_key)
+from arena.study import (NAME, BudgetSpec, EvaluationSpec, Section, Study, TrackingSpec, digest, parsed_study,
+                         plain)
 from methods import method_class
 
 OBJECTIVES = ("tail_gain", "tail_auc")
 KINDS = ("uniform", "log_uniform", "int_uniform", "choice")
+WRITTEN = "{uniform: [low, high]}, {log_uniform: [low, high]}, {int_uniform: [low, high]} or {choice: [a, b, ...]}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,45 +77,182 @@ class SamplerSpec(Section):
 
 
 @dataclass(frozen=True)
+class Distribution(Section):
+    """An option's search space, written as exactly one of the fields: ``lr: {log_uniform: [1.0e-5, 1.0e-3]}``.
+    Its own checks here; the method's checks on its values, given the arm's other options: ``problems_for``."""
+
+    uniform: tuple[float, ...] | None = None
+    log_uniform: tuple[float, ...] | None = None
+    int_uniform: tuple[int, ...] | None = None
+    choice: tuple[bool | int | float | str | None, ...] | None = None
+
+    @property
+    def kind(self) -> str:
+        return next(kind for kind in KINDS if getattr(self, kind) is not None)
+
+    @property
+    def values(self) -> tuple:
+        return getattr(self, self.kind)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {list(self.values)}"
+
+    def problems(self):
+        given = {kind: list(getattr(self, kind)) for kind in KINDS if getattr(self, kind) is not None}
+        if len(given) != 1:
+            yield "", f"expected one of {WRITTEN}; got {given}"
+            return
+        kind, values = self.kind, self.values
+        if not values:
+            yield kind, "expected a non-empty list, got []"
+        elif kind == "choice":
+            for i, value in enumerate(values):
+                if not (value is None or isinstance(value, (bool, int, float, str))):
+                    yield f"{kind}[{i}]", f"a choice is a number, a string, true/false or null, got {value!r}"
+            if len(set(map(repr, values))) != len(values):
+                yield kind, f"choices must be distinct, got {list(values)}"
+        elif len(values) != 2 or any(type_problem(v, int if kind == "int_uniform" else float) for v in values):
+            yield kind, f"expected [low, high], two {'integers' if kind == 'int_uniform' else 'numbers'}, got {list(values)!r}"
+        elif not (math.isfinite(values[0]) and math.isfinite(values[1]) and values[0] < values[1]):
+            yield kind, f"expected finite low < high, got [{values[0]!r}, {values[1]!r}]"
+        elif kind == "log_uniform" and values[0] <= 0:
+            yield kind, f"a log-uniform range needs low > 0, got {values[0]!r}"
+
+    def problems_for(self, config_cls, options: dict, option: str):
+        """The method's own validator (its ``Config``) on each end of the range, or each choice, as ``option``."""
+        for i, value in enumerate(self.values):
+            try:
+                build(config_cls, {**options, option: value})
+            except ConfigError as error:
+                yield from ((f"{self.kind}[{i}]", p.message if p.path == option else f"{p.path}: {p.message}")
+                            for p in error.problems)
+
+    def suggest(self, trial: optuna.Trial, option: str):
+        """The trial's value of ``option``, proposed by the study's sampler."""
+        if self.kind == "choice":
+            return trial.suggest_categorical(option, list(self.values))
+        if self.kind == "int_uniform":
+            return trial.suggest_int(option, *self.values)
+        return trial.suggest_float(option, *map(float, self.values), log=self.kind == "log_uniform")
+
+
+def seed_count_or_list(seeds):
+    """A tune file's ``seeds``: a count n (the first n integers no arm of the study uses) or a list of seeds."""
+    if type(seeds) is int and seeds >= 1:
+        return seeds
+    if (isinstance(seeds, list) and seeds and all(type(s) is int and s >= 0 for s in seeds)
+            and len(set(seeds)) == len(seeds)):
+        return tuple(seeds)
+    raise ValueError(f"expected a count >= 1 or a list of distinct non-negative integers, got {seeds!r}")
+
+
+@dataclass(frozen=True)
 class TuneFile(Section):
-    """A tune file as written, each key checked on its own; ``arms``, ``space``, ``seeds``, ``evaluation`` and
-    ``budget`` are read against the base study (``load_tune``), their checks there."""
+    """A tune file as written, checked on its own and, given its ``base`` study (``load_tune`` sets it), against
+    it: the arms it names, each arm's space over its method's options, the trials' evaluation and budget."""
 
     study: str = field(default="", metadata={REQUIRED: "the path of the base study file"})
     name: str = ""  # "": the file's stem
-    arms: object = None
-    space: object = None
-    trials_per_arm: object = field(default=None, metadata={REQUIRED: "here or as --trials-per-arm N"})
+    arms: tuple[str, ...] | None = None  # None: every arm of the study
+    space: dict[str, dict[str, Distribution]] = field(default_factory=dict,
+                                                      metadata={REQUIRED: f"per arm, option -> {WRITTEN}"})
+    trials_per_arm: int = field(default=0, metadata={REQUIRED: "here or as --trials-per-arm N"})
     objective: Literal[OBJECTIVES] = "tail_gain"
-    seeds: object = 1
-    evaluation: object = field(default_factory=dict)
-    budget: object = field(default_factory=dict)
+    seeds: int | tuple[int, ...] = field(default=1, metadata={CONVERT: seed_count_or_list})
+    evaluation: dict = field(default_factory=dict)  # merged over the study's (``trial_section``)
+    budget: dict = field(default_factory=dict)
     pruner: PrunerSpec = field(default_factory=PrunerSpec)
     sampler: SamplerSpec = field(default_factory=SamplerSpec)
     seed: int = 0
     storage: str | None = None
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
+    base: Study | None = None  # the study file's Study, under the profile: set by the caller, never written
 
     def problems(self):
         if not NAME.fullmatch(self.name):
             yield "name", f"must use only letters, digits, _ . - (it names files), got {self.name!r}"
-        if type_problem(self.trials_per_arm, int) or self.trials_per_arm < 1:
+        if self.trials_per_arm < 1:
             yield "trials_per_arm", f"expected an integer >= 1, got {self.trials_per_arm!r}"
         if self.seed < 0:
             yield "seed", f"must be >= 0, got {self.seed!r}"
+        if self.base is not None:
+            yield from self.study_problems()
+
+    def study_problems(self):
+        arms = self.base.arms
+        if self.arms == ():
+            yield "arms", "expected a list of the study's arms (or null: all), got []"
+        for i, arm in enumerate(self.arms or ()):
+            if not isinstance(arm, str) or arm not in arms:
+                yield f"arms[{i}]", unknown_key(arm, arms).message.replace("option", "arm")
+        named = [arm for arm in self.arms or () if isinstance(arm, str) and arm in arms]
+        if len(set(named)) != len(named):
+            yield "arms", f"must be distinct, got {named}"
+        for arm in self.space:
+            if arm not in arms:
+                yield f"space.{arm}", unknown_key(arm, arms).message.replace("option", "arm")
+            elif arm not in self.tuned_arms():
+                yield f"space.{arm}", f"arm {arm!r} is not tuned: add it to arms, or leave it out"
+        for arm in self.tuned_arms():
+            yield from self.space_problems(arm)
+        for key in ("evaluation", "budget"):
+            try:
+                self.trial_section(key)
+            except ConfigError as error:
+                yield from ((p.path, p.message) for p in error.problems)
+
+    def space_problems(self, arm: str):
+        """The arm's space over its method's ``Config`` fields, each entry through the method's validator."""
+        if not self.space.get(arm):
+            yield f"space.{arm}", (f"required: the search space of arm {arm!r} (option -> distribution), or leave "
+                                   "the arm out of arms")
+            return
+        method, options = self.base.arms[arm].method, self.base.arms[arm].options
+        config_cls = method_class(method).Config
+        fields = [f.name for f in dataclasses.fields(config_cls) if f.init]
+        for option, distribution in self.space[arm].items():
+            where = f"space.{arm}.{option}"
+            if option not in fields:
+                yield where, unknown_key(option, fields).message + f" ({method} options)"
+                continue
+            yield from ((join(where, path), message) for path, message in
+                        distribution.problems_for(config_cls, options, option))
+
+    def tuned_arms(self) -> list[str]:
+        """The arms to tune, each once, as written (null: every arm of the base study)."""
+        if self.arms is None:
+            return list(self.base.arms)
+        return list(dict.fromkeys(arm for arm in self.arms if isinstance(arm, str) and arm in self.base.arms))
+
+    def trial_section(self, key: str) -> EvaluationSpec | BudgetSpec:
+        """A trial's evaluation or budget: the tune file's, merged over the study's. The evaluation's defaults: on
+        the training split, seeded one past the study's, one draw of draw 0's size (the objective reads draw 0
+        only)."""
+        base, cls = self.base, {"evaluation": EvaluationSpec, "budget": BudgetSpec}[key]
+        default = {"seed": base.evaluation.seed + 1, "split": "train", "draws": 1, "draw_prompts": None,
+                   "draw_samples": None} if key == "evaluation" else {}
+        return build(cls, {**plain(getattr(base, key)), **default, **getattr(self, key)}, where=key)
+
+    def trial_seeds(self) -> tuple[int, ...]:
+        """A count n: the first n integers that are not seeds of the study, nor of any of its arms."""
+        if type(self.seeds) is not int:
+            return self.seeds
+        taken = self.base.all_seeds()
+        free = (s for s in range(len(taken) + self.seeds) if s not in taken)
+        return tuple(next(free) for _ in range(self.seeds))
 
 
 @dataclass(frozen=True)
 class Tune:
     """A validated tune file. ``settings`` is the base study as trials run it (named after the tune, with the
-    tune's evaluation, budget and seeds); ``space[arm][option] = (kind, values)``."""
+    tune's evaluation, budget and seeds); ``study_raw`` the base study file as written (the snippet's source)."""
 
     name: str
     source_path: str
     base: Study
     settings: Study
-    raw_arms: dict  # the study file's arms as written (for the snippet)
-    space: dict
+    study_raw: dict
+    space: dict[str, dict[str, Distribution]]  # per tuned arm, in the order tuned
     trials_per_arm: int
     objective: str = "tail_gain"
     pruner: PrunerSpec = field(default_factory=PrunerSpec)
@@ -139,7 +278,7 @@ class Tune:
                                                                   "seeds", "profile")}
         arms = {arm: {"method": self.base.arms[arm].method, "options": self.base.arms[arm].options,
                       "overrides": self.base.arms[arm].overrides,
-                      "space": {k: [kind, list(values)] for k, (kind, values) in self.space[arm].items()}}
+                      "space": {k: [d.kind, list(d.values)] for k, d in self.space[arm].items()}}
                 for arm in self.arms}
         return digest({"settings": settings, "objective": self.objective, "arms": arms})
 
@@ -147,174 +286,40 @@ class Tune:
         return self.storage or str(Path(workdir) / "tune" / f"{self.name}.journal")
 
 
-def _distribution(spec, option: str, where: str, config_cls, options: dict, problems: list):
-    """(kind, values) of one search-space entry, or None; every problem of it in ``problems``."""
-    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in KINDS:
-        problems.append(Problem(where, "expected one of {uniform: [low, high]}, {log_uniform: [low, high]}, "
-                                       f"{{int_uniform: [low, high]}}, {{choice: [a, b, ...]}}; got {spec!r}"))
-        return None
-    kind, values = next(iter(spec.items()))
-    where = f"{where}.{kind}"
-    if not isinstance(values, list) or not values:
-        problems.append(Problem(where, f"expected a non-empty list, got {values!r}"))
-        return None
-    found = len(problems)
-    if kind == "choice":
-        for i, value in enumerate(values):
-            if not (value is None or isinstance(value, (bool, int, float, str))):
-                problems.append(Problem(f"{where}[{i}]", f"a choice is a number, a string, true/false or null, "
-                                                         f"got {value!r}"))
-        if len(set(map(repr, values))) != len(values):
-            problems.append(Problem(where, f"choices must be distinct, got {values}"))
-    else:
-        number = int if kind == "int_uniform" else float
-        if len(values) != 2 or any(type_problem(v, number) for v in values):
-            what = "integers" if number is int else "numbers"
-            problems.append(Problem(where, f"expected [low, high], two {what}, got {values!r}"))
-            return None
-        low, high = values
-        if not (math.isfinite(low) and math.isfinite(high) and low < high):
-            problems.append(Problem(where, f"expected finite low < high, got [{low!r}, {high!r}]"))
-        elif kind == "log_uniform" and low <= 0:
-            problems.append(Problem(where, f"a log-uniform range needs low > 0, got {low!r}"))
-    if len(problems) > found:
-        return None
-    for i, value in enumerate(values):  # the method's own validator on each end (or choice)
-        try:
-            build(config_cls, {**options, option: value})
-        except ConfigError as error:
-            problems += [Problem(f"{where}[{i}]", p.message if p.path == option else f"{p.path}: {p.message}")
-                         for p in error.problems]
-    return kind, tuple(values)
-
-
 def load_tune(path, profile: str | None = None, trials_per_arm: int | None = None) -> Tune:
     """Read, parse and validate a tune file and its base study (under ``profile``); ``trials_per_arm`` (the
     command line's) replaces the file's. One StudyError with every problem, each with its file and line."""
     source = str(path)
-    raw, lines, found = read_yaml(path, "tune file")
+    raw, lines, problems = read_yaml(path, "tune file")
     if not lines:
         raise StudyError([Located("", "the file is empty; a tune needs at least 'study:' and 'space:'", source)])
-    problems: list[Problem] = list(found)
     if not isinstance(raw, dict):
         problems.append(Problem("", f"a tune file is a mapping (study, space, trials_per_arm, ...), got {raw!r}"))
         raise located(problems, source, lines)
+    base, study_raw, study_problems = None, None, []
+    if isinstance(raw.get("study"), str):
+        try:
+            study_raw = read_yaml(raw["study"])  # the base study file, read once: its Study and its text
+            base = parsed_study(raw["study"], *study_raw, profile)
+        except StudyError as error:
+            study_problems = error.problems
     given = {**raw, "name": raw.get("name") or Path(source).stem,
              **({} if trials_per_arm is None else {"trials_per_arm": trials_per_arm})}
     try:
-        spec = build(TuneFile, given, nulls_are_defaults=True)
+        spec = build(TuneFile, given, fixed={"base": base}, nulls_are_defaults=True)
     except ConfigError as error:
         problems += error.problems
-        spec = None
-
-    base, study_problems = None, []
-    if isinstance(raw.get("study"), str):
-        try:
-            base = load_study(raw["study"], profile)
-        except StudyError as error:
-            study_problems = error.problems
-    if base is None:
+    if problems or base is None:
         raise StudyError(located(problems, source, lines).problems + study_problems)
-    arms = tuned_arms(raw.get("arms"), base, problems)
-    space = search_space(raw.get("space"), arms, base, problems)
-    shared = trial_sections(raw, base, problems)
-    seeds = trial_seeds(raw.get("seeds"), base, problems)
-    if problems:
-        raise located(problems, source, lines)
-    first = arms[0]
+    arms = spec.tuned_arms()
     tracking = dataclasses.replace(spec.tracking, uri=spec.tracking.uri or base.tracking.uri,
                                    experiment=spec.tracking.experiment or spec.name)
-    settings = dataclasses.replace(base, name=spec.name, seeds=tuple(seeds), tracking=tracking, reference=first,
-                                   arms={first: dataclasses.replace(base.arms[first], seeds=None)}, **shared,
+    settings = dataclasses.replace(base, name=spec.name, seeds=spec.trial_seeds(), tracking=tracking, reference=arms[0],
+                                   arms={arms[0]: dataclasses.replace(base.arms[arms[0]], seeds=None)},
+                                   evaluation=spec.trial_section("evaluation"), budget=spec.trial_section("budget"),
                                    analysis=dataclasses.replace(base.analysis, draws=None))  # a trial has one draw
-    raw_arms = read_yaml(base.source_path)[0]["arms"]
-    return Tune(spec.name, source, base, settings, {arm: raw_arms[arm] for arm in arms}, space, spec.trials_per_arm,
-                spec.objective, spec.pruner, spec.sampler, spec.seed, spec.storage, tracking)
-
-
-def tuned_arms(arms, base: Study, problems: list) -> list[str]:
-    """The arms to tune, each once (null: every arm of the base study)."""
-    if arms is None:
-        return list(base.arms)
-    if not isinstance(arms, list) or not arms:
-        problems.append(Problem("arms", f"expected a list of the study's arms (or null: all), got {arms!r}"))
-        return []
-    for i, arm in enumerate(arms):
-        if not isinstance(arm, str) or arm not in base.arms:
-            problems.append(Problem(f"arms[{i}]", unknown_key(arm, base.arms).message.replace("option", "arm")))
-    arms = [arm for arm in arms if isinstance(arm, str) and arm in base.arms]
-    if len(set(arms)) != len(arms):
-        problems.append(Problem("arms", f"must be distinct, got {arms}"))
-    return list(dict.fromkeys(arms))
-
-
-def search_space(given, arms: list[str], base: Study, problems: list) -> dict:
-    """arm -> option -> (kind, values) for every tuned arm, over its method's Config fields."""
-    space = {}
-    if not isinstance(given, dict):
-        problems.append(Problem("space", "required: per arm, option -> {log_uniform|uniform|int_uniform: "
-                                         f"[low, high]}} or {{choice: [...]}}, got {given!r}"))
-        given = {}
-    for arm in given:
-        if arm not in base.arms:
-            problems.append(Problem(f"space.{arm}", unknown_key(arm, base.arms).message.replace("option", "arm")))
-        elif arm not in arms:
-            problems.append(Problem(f"space.{arm}", f"arm {arm!r} is not tuned: add it to arms, or leave it out"))
-    for arm in arms:
-        entries = given.get(arm)
-        if not isinstance(entries, dict) or not entries:
-            problems.append(Problem(f"space.{arm}", f"required: the search space of arm {arm!r} (option -> "
-                                                    "distribution), or leave the arm out of arms"))
-            continue
-        config_cls = method_class(base.arms[arm].method).Config
-        fields = [f.name for f in dataclasses.fields(config_cls) if f.init]
-        space[arm] = {}
-        for option, spec in entries.items():
-            where = f"space.{arm}.{option}"
-            if option not in fields:
-                problems.append(Problem(where, unknown_key(option, fields).message + f" ({base.arms[arm].method} "
-                                                                                     "options)"))
-                continue
-            parsed = _distribution(spec, option, where, config_cls, base.arms[arm].options, problems)
-            if parsed:
-                space[arm][option] = parsed
-    return space
-
-
-def trial_sections(raw: dict, base: Study, problems: list) -> dict:
-    """A trial's evaluation and budget: the tune file's, merged over the study's (evaluation: on the training
-    split, seeded one past the study's, one draw of draw 0's size, since the objective reads draw 0 only, unless
-    the tune file says otherwise)."""
-    shared = {}
-    one_draw = {"draws": 1, "draw_prompts": None, "draw_samples": None}
-    for key, cls, default in (("evaluation", EvaluationSpec, {"seed": base.evaluation.seed + 1, "split": "train",
-                                                               **one_draw}),
-                              ("budget", BudgetSpec, {})):
-        given = raw.get(key) or {}
-        if not isinstance(given, dict):
-            problems.append(Problem(key, f"expected a mapping merged over the study's {key}, got {given!r}"))
-            given = {}
-        try:
-            shared[key] = build(cls, {**plain(getattr(base, key)), **default, **given}, where=key)
-        except ConfigError as error:
-            problems += error.problems
-    return shared
-
-
-def trial_seeds(seeds, base: Study, problems: list) -> list[int]:
-    """A trial's training seeds: a count n (the first n integers that are not seeds of the study, nor of any of its
-    arms; null: 1) or a list."""
-    seeds = 1 if seeds is None else seeds
-    if type(seeds) is int and seeds >= 1:
-        taken = base.all_seeds()
-        free = (s for s in range(len(taken) + seeds) if s not in taken)
-        return [next(free) for _ in range(seeds)]
-    if not (isinstance(seeds, list) and seeds and all(type(s) is int and s >= 0 for s in seeds)
-            and len(set(seeds)) == len(seeds)):
-        problems.append(Problem("seeds", f"expected a count >= 1 or a list of distinct non-negative integers, "
-                                         f"got {seeds!r}"))
-        return [0]
-    return seeds
+    return Tune(spec.name, source, base, settings, study_raw[0], {arm: spec.space[arm] for arm in arms},
+                spec.trials_per_arm, spec.objective, spec.pruner, spec.sampler, spec.seed, spec.storage, tracking)
 
 
 def describe_tune(tune: Tune, workdir) -> str:
@@ -331,7 +336,7 @@ def describe_tune(tune: Tune, workdir) -> str:
              f"storage {tune.storage_url(workdir)}"]
     for arm in tune.arms:
         lines.append(f"  {arm} ({base.arms[arm].method}): " + ", ".join(
-            f"{option} {kind} {list(values)}" for option, (kind, values) in tune.space[arm].items()))
+            f"{option} {distribution}" for option, distribution in tune.space[arm].items()))
     return "\n".join(lines)
 
 

@@ -1,8 +1,10 @@
-"""The sweep: one trial as a run of the arm on the tune's settings (reported to the pruner at each evaluation
-point), the workers that claim trials until every arm has its share, and the outcome (the table, best.yaml)."""
+"""The sweep: a trial as an Optuna objective (a run of the arm on the tune's settings per seed, reported to the
+pruner at each evaluation point), the workers that claim trials until every arm has its share, and the outcome
+(the table, best.yaml)."""
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import shutil
 import time
@@ -13,35 +15,29 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
-from arena.config import StudyError, read_yaml
-from arena.processes import worker_pool, worker_slot
+from arena.config import StudyError
+from arena.processes import run_in_slots
+from arena.profiles import apply_profile
+from arena.report.stats import area_under_curve
 from arena.report.tables import arm_width
-from arena.runner import (RUN_FAILURES, Stop, checkpoint_file, execute, git_commit, identity_tags, require_weights,
-                          start_caches)
+from arena.runner import RUN_FAILURES, Stop, checkpoint_file, execute, identity_tags, start_caches
+from arena.scheduler import invocation
 from arena.study import validate
 from arena.tune.spec import Tune, describe_pruner, describe_sampler
 from arena.tune.trials import (ERROR, RETRY_OF, Counts, Heartbeat, _tell, claim, counts, fail_stale, next_arm,
-                               open_storage, open_studies)
+                               open_storage, open_studies, sampler_for)
 
 
 # ---------------------------------------------------------------------------------------------
 # the objective
 
 
-def area(marks, values) -> float:
-    """Trapezoid area under the curve over its budget span, divided by the span (the curve's average); the
-    value itself for a single point. The same definition as ``arena report``'s tail-reward AUC."""
-    if len(marks) < 2:
-        return float(values[0])
-    total = sum((values[i] + values[i + 1]) / 2 * (marks[i + 1] - marks[i]) for i in range(len(marks) - 1))
-    return total / (marks[-1] - marks[0])
-
-
 def objective_value(objective: str, curve: list[tuple[int, float, float]]) -> float:
-    """The objective of a curve of (mark, tail_reward, tail_gain) so far: its running value."""
+    """The objective of a curve of (mark, tail_reward, tail_gain) so far (at least two points): its running
+    value. ``tail_auc`` is ``arena report``'s tail-reward AUC: the curve's average over its budget span."""
     if objective == "tail_gain":
         return curve[-1][2]
-    return area([m for m, _, _ in curve], [r for _, r, _ in curve])
+    return float(area_under_curve([m for m, _, _ in curve], [r for _, r, _ in curve]))
 
 
 def curve_of(tracker, run_id: str) -> list[tuple[int, float, float]]:
@@ -51,16 +47,86 @@ def curve_of(tracker, run_id: str) -> list[tuple[int, float, float]]:
     return [(mark, rewards[mark], gains[mark]) for mark in sorted(rewards) if mark in gains]
 
 
-# ---------------------------------------------------------------------------------------------
-# running trials
+@dataclass
+class Curve:
+    """One seed's run as the trial sees it (``execute``'s ``on_evaluation``): its curve so far (a resumed run's
+    starts with the points it logged before the interruption, read back from MLflow), the running objective
+    reported at step ``offset + mark`` (the seeds follow one another), and ``Stop`` when the pruner says so,
+    except at the trial's last mark (``end``, on its last seed; None on the others)."""
+
+    trial: optuna.Trial
+    objective: str
+    tracker: object
+    identity: dict  # the run's tags, to find what it logged before
+    offset: float
+    end: int | None
+    stopped: str  # where a pruned trial stopped, after the mark: its unit, and which seed
+    points: list = field(default_factory=list)
+    reported: int = 0  # the points whose running value went to the trial
+
+    def __call__(self, mark, metrics) -> None:
+        if not self.points and mark > 0:  # resumed
+            found = self.tracker.find_runs(self.identity)
+            self.points += [p for p in curve_of(self.tracker, found[0].run_id) if p[0] < mark] if found else []
+        self.points.append((mark, metrics["tail_reward"], metrics["tail_gain"]))
+        if mark == 0:  # the starting evaluation is every trial's: nothing to compare
+            return
+        for end in range(max(2, self.reported + 1), len(self.points) + 1):
+            self.trial.report(objective_value(self.objective, self.points[:end]),
+                              int(self.offset + self.points[end - 1][0]))
+        self.reported = len(self.points)
+        if not (self.end is not None and mark >= self.end) and self.trial.should_prune():
+            raise Stop(f"at {mark:g} {self.stopped}")
 
 
-def _suggest(trial, option: str, kind: str, values: tuple):
-    if kind == "choice":
-        return trial.suggest_categorical(option, list(values))
-    if kind == "int_uniform":
-        return trial.suggest_int(option, values[0], values[1])
-    return trial.suggest_float(option, float(values[0]), float(values[1]), log=kind == "log_uniform")
+@dataclass
+class Worker:
+    """What a worker's trials run with: the tune, the tracker and parent run they log to, where their runs go."""
+
+    tune: Tune
+    tracker: object
+    parent_id: str
+    workdir: Path
+    device: str | None = None
+    position: int = 0
+    progress: bool = True
+
+    @property
+    def shared(self) -> Path:
+        return Path(self.workdir) / "tune" / self.tune.name
+
+    def folder(self, arm: str, trial) -> Path:
+        """The trial's runs (and their checkpoints): a retry's are its first trial's, which it resumes."""
+        return self.shared / arm / f"trial{first_trial(trial)}"
+
+
+def first_trial(trial) -> int:
+    return int(trial.user_attrs.get(RETRY_OF, trial.number))
+
+
+def objective(trial: optuna.Trial, arm: str, worker: Worker) -> float:
+    """The trial's value: the mean over the tune's seeds of the objective of the arm's run with the sampled
+    options (each reported to the pruner as it evaluates: ``Curve``; ``Stop`` when pruned)."""
+    tune, tracker = worker.tune, worker.tracker
+    params = {option: distribution.suggest(trial, option) for option, distribution in tune.space[arm].items()}
+    study = tune.study_for(arm, {**tune.base.arms[arm].options, **params})
+    folder, extra = worker.folder(arm, trial), {"arena.tune": tune.name, "arena.trial": str(first_trial(trial))}
+    runs, span, values = study.runs(), tune.settings.budget.amount, []
+    for i, run in enumerate(runs):
+        identity = identity_tags(run, extra)
+        for previous in tracker.find_runs(identity):  # a retry without a checkpoint starts a new run
+            if previous.status in ("RUNNING", "KILLED") and not checkpoint_file(folder, run).exists():
+                tracker.finish(previous.run_id, "FAILED")
+        _share_start(worker.shared, folder, run)
+        curve = Curve(trial, tune.objective, tracker, identity, i * span,
+                      int(round(span)) if i == len(runs) - 1 else None,
+                      run.budget_unit + (f" of seed {run.seed}" if len(runs) > 1 else ""))
+        outcome = execute(run, study, tracker, worker.parent_id, folder, worker.device, worker.position, False,
+                          worker.progress, curve, extra)
+        _publish_start(worker.shared, folder, run)
+        trial.set_user_attr(f"arena.run_id.seed{run.seed}", outcome.run_id)
+        values.append(objective_value(tune.objective, curve_of(tracker, outcome.run_id)))
+    return sum(values) / len(values)
 
 
 def _share_start(shared: Path, folder: Path, run) -> None:
@@ -84,6 +150,10 @@ def _publish_start(shared: Path, folder: Path, run) -> None:
             os.replace(staging, shared / cache.name)
 
 
+# ---------------------------------------------------------------------------------------------
+# running trials
+
+
 @dataclass
 class TrialResult:
     arm: str
@@ -94,54 +164,15 @@ class TrialResult:
     error: str = ""  # why it failed, or where it was pruned
 
 
-def run_trial(tune: Tune, arm: str, study: optuna.Study, trial, tracker, parent_id: str, workdir: Path,
-              device: str | None, position: int, progress: bool) -> TrialResult:
-    """One trial: sample the options, run the arm over the tune's seeds (pruned at an evaluation point when the
-    pruner says so), tell Optuna the mean objective."""
-    root = int(trial.user_attrs.get(RETRY_OF, trial.number))
-    params = {option: _suggest(trial, option, kind, values) for option, (kind, values) in tune.space[arm].items()}
-    result = TrialResult(arm, trial.number, "failed", params=params)
-    shared = Path(workdir) / "tune" / tune.name
-    folder = shared / arm / f"trial{root}"
-    extra = {"arena.tune": tune.name, "arena.trial": str(root)}
+def run_trial(worker: Worker, study: optuna.Study, trial, arm: str) -> TrialResult:
+    """The objective of one trial, told to Optuna: finished, pruned, failed (a run failed), or interrupted (failed,
+    and queued again with its options: the next invocation resumes it from its checkpoints)."""
+    result = TrialResult(arm, trial.number, "failed")
     heartbeat = Heartbeat(trial)
-    span, reported = tune.settings.budget.amount, set()
     try:
-        one = tune.study_for(arm, {**tune.base.arms[arm].options, **params})
-        runs = one.runs()
-        values = []
-        for i, run in enumerate(runs):
-            identity = identity_tags(run, extra)
-            for previous in tracker.find_runs(identity):  # a retry without a checkpoint starts a new run
-                if previous.status in ("RUNNING", "KILLED") and not checkpoint_file(folder, run).exists():
-                    tracker.finish(previous.run_id, "FAILED")
-            _share_start(shared, folder, run)
-            curve: list[tuple[int, float, float]] = []
-            last_seed = i == len(runs) - 1
-
-            def on_evaluation(mark, metrics, i=i, run=run, identity=identity, curve=curve, last_seed=last_seed):
-                if not curve and mark > 0:  # resumed: the points logged before the interruption
-                    found = tracker.find_runs(identity)
-                    curve += [p for p in curve_of(tracker, found[0].run_id) if p[0] < mark] if found else []
-                curve.append((mark, metrics["tail_reward"], metrics["tail_gain"]))
-                if mark == 0:  # the starting evaluation is every trial's: nothing to compare
-                    return
-                for end in range(2, len(curve) + 1):
-                    step = int(i * span + curve[end - 1][0])
-                    if step not in reported:
-                        trial.report(objective_value(tune.objective, curve[:end]), step)
-                        reported.add(step)
-                final = last_seed and mark >= int(round(span))
-                if not final and trial.should_prune():
-                    raise Stop(f"at {mark:g} {run.budget_unit}" + (f" of seed {run.seed}" if len(runs) > 1 else ""))
-
-            outcome = execute(run, one, tracker, parent_id, folder, device, position, False, progress,
-                              on_evaluation, extra)
-            _publish_start(shared, folder, run)
-            trial.set_user_attr(f"arena.run_id.seed{run.seed}", outcome.run_id)
-            values.append(objective_value(tune.objective, curve_of(tracker, outcome.run_id)))
-        result.value, result.state = sum(values) / len(values), "finished"
-        told = _tell(study, trial, result.value)
+        value = objective(trial, arm, worker)
+        result.value, result.state = value, "finished"
+        told = _tell(study, trial, value)
     except Stop as stop:
         result.state, result.error = "pruned", str(stop)
         told = _tell(study, trial, state=TrialState.PRUNED)
@@ -154,16 +185,17 @@ def run_trial(tune: Tune, arm: str, study: optuna.Study, trial, tracker, parent_
             told = _tell(study, trial, state=TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
             told = False
-    except BaseException:  # interrupted: the next invocation resumes it from its checkpoint
+    except BaseException:
         if _tell(study, trial, state=TrialState.FAIL):
-            study.enqueue_trial(params, user_attrs={RETRY_OF: root}, skip_if_exists=False)
+            study.enqueue_trial(trial.params, user_attrs={RETRY_OF: first_trial(trial)}, skip_if_exists=False)
         raise
     finally:
         heartbeat.stop()
+        result.params = trial.params
     if not told:  # another worker took it for dead and queued a retry, which resumes from the checkpoints
         result.state, result.value = "dropped", None
         return result
-    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(worker.folder(arm, trial), ignore_errors=True)
     return result
 
 
@@ -175,26 +207,21 @@ def describe(result: TrialResult, tune: Tune, done: Counts) -> str:
             f"[{done.finished + done.pruned} of {tune.trials_per_arm} finished or pruned]")
 
 
-def work(tune: Tune, storage_url: str, tracker, parent_id: str, workdir: Path, device: str | None, slot: int,
+def work(_, device: str | None, slot: int, tune: Tune, storage_url: str, tracker, parent_id: str, workdir: Path,
          progress: bool) -> list[TrialResult]:
-    """A worker: trials of the arm with the fewest until every arm has its trials."""
+    """A worker (``run_in_slots``' task, on a slot's device): trials of the arm with the fewest until every arm has
+    its trials."""
+    worker = Worker(tune, tracker, parent_id, Path(workdir), device, slot, progress)
     studies = open_studies(tune, open_storage(storage_url))
     results = []
     while (arm := next_arm(tune, studies)) is not None:
         trial = claim(tune, studies[arm])
         if trial is None:
             continue
-        result = run_trial(tune, arm, studies[arm], trial, tracker, parent_id, workdir, device, slot, progress)
+        result = run_trial(worker, studies[arm], trial, arm)
         results.append(result)
         print(describe(result, tune, counts(studies[arm])), flush=True)
     return results
-
-
-def _trials_in_pool_worker(tune: Tune, storage_url: str, tracker, parent_id: str, workdir: str, placement,
-                           progress: bool) -> list[TrialResult]:
-    """A worker (``work``) in a ``worker_pool`` process, on the device of the slot the process holds."""
-    slot = worker_slot()
-    return work(tune, storage_url, tracker, parent_id, Path(workdir), placement.device(slot), slot, progress)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,16 +274,14 @@ def snippet(tune: Tune, found: list[ArmOutcome]) -> str:
     for o in found:
         if o.best_trial is None:
             continue
-        entry = copy.deepcopy(tune.raw_arms[o.arm])
+        entry = copy.deepcopy(tune.study_raw["arms"][o.arm])
         if base.profile:  # the profile's settings replace options; an arm's at: block goes on top
             at = entry.setdefault("at", {})
             at[base.profile] = {**(at.get(base.profile) or {}), **o.best_params}
         else:
             entry["options"] = {**(entry.get("options") or {}), **o.best_params}
         arms[o.arm] = entry
-    raw = read_yaml(base.source_path)[0]
-    from arena.profiles import apply_profile
-
+    raw = tune.study_raw
     # confounded_because on every tuned arm, so that the study validates whatever the tuned options changed; then
     # off again where the study says the arm still differs from its reference in one variable
     marked = [arm for arm, entry in arms.items() if not entry.get("confounded_because")]
@@ -304,10 +329,10 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
           progress: bool = True) -> SweepResult:
     """Trials until every arm has ``trials_per_arm`` finished or pruned ones, under one MLflow parent run;
     prints the best per arm and writes ``out/best.yaml``."""
-    from arena.tracking import Tracker, resolve_uri
-
-    require_weights(tune.settings.model)
-    tracker = Tracker(resolve_uri(tracking_uri, tune.tracking.uri), tune.tracking.experiment)
+    tracker, parent_run = invocation(tune.settings, tracking_uri, {
+        "arena.tune": tune.name, "arena.base_study": tune.base.name, "arena.objective": tune.objective,
+        "arena.optuna": optuna.__version__, "arena.sampler": repr(sampler_for(tune, tune.arms[0])),
+        "arena.pruner": repr(tune.pruner), "arena.tune_seeds": ",".join(map(str, tune.settings.seeds))})
     storage_url = tune.storage_url(workdir)
     studies = open_studies(tune, open_storage(storage_url))
     for arm in tune.arms:
@@ -323,15 +348,12 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
         print(f"warning: evaluation {tune.base.evaluation.split} split seed {tune.base.evaluation.seed} is the study's: "
               "the settings are selected on the prompts that report the results (the default is the train split, "
               "seed the study's + 1)", flush=True)
-    tags = {"arena.study": tune.name, "arena.tune": tune.name, "arena.base_study": tune.base.name,
-            "arena.objective": tune.objective, "arena.git_commit": git_commit(),
-            "arena.profile": tune.base.profile or "none", "arena.optuna": optuna.__version__,
-            "arena.sampler": repr(studies[tune.arms[0]].sampler), "arena.pruner": repr(tune.pruner),
-            "arena.tune_seeds": ",".join(map(str, tune.settings.seeds))}
-    with tracker.parent_run(tune.name, tags) as parent:
+    with parent_run as parent:
         tracker.log_text(parent.run_id, Path(tune.source_path).read_text(), "tune.yaml")
         started = time.time()
-        trials = run_workers(tune, storage_url, tracker, parent.run_id, Path(workdir), placement, progress)
+        task = functools.partial(work, tune=tune, storage_url=storage_url, tracker=tracker, parent_id=parent.run_id,
+                                 workdir=Path(workdir), progress=progress)  # a worker per slot
+        trials = [trial for found in run_in_slots(placement, task, range(placement.slots)) for trial in found]
         result = write_outcome(tune, studies, trials, tracker, parent.run_id, Path(out))
         parent.failed = bool(result.gave_up)
     ran = {state: sum(t.state == state for t in trials) for state in ("finished", "pruned", "failed")}
@@ -341,18 +363,6 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
     print(f"\nwrote {result.snippet_path}: paste its arms into {tune.base.source_path}, then arena run and "
           "arena report")
     return result
-
-
-def run_workers(tune: Tune, storage_url: str, tracker, parent_id: str, workdir: Path, placement,
-                progress: bool) -> list[TrialResult]:
-    """The trials of this invocation: one worker (``work``) in this process when there is one slot, else one in
-    each process of a pool."""
-    if placement.slots == 1:
-        return work(tune, storage_url, tracker, parent_id, workdir, placement.device(0), 0, progress)
-    with worker_pool(placement.slots, placement.threads()) as pool:
-        futures = [pool.submit(_trials_in_pool_worker, tune, storage_url, tracker, parent_id, str(workdir), placement,
-                               progress) for _ in range(placement.slots)]
-        return [result for future in futures for result in future.result()]
 
 
 def write_outcome(tune: Tune, studies: dict, trials: list[TrialResult], tracker, parent_id: str,

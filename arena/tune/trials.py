@@ -80,15 +80,17 @@ class TuneError(ConfigError):
     """The storage holds a sweep of the same name with other settings."""
 
 
+def sampler_for(tune: Tune, arm: str) -> TrialSeeded:
+    return TrialSeeded(tune.seed, arm, tune.sampler.n_startup_trials)
+
+
 def open_studies(tune: Tune, storage) -> dict[str, optuna.Study]:
     """One Optuna study per arm, ``<name>/<arm>``, created or loaded; a loaded one must have the same identity."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     studies, identity = {}, tune.identity()
     for arm in tune.arms:
         study = optuna.create_study(storage=storage, study_name=f"{tune.name}/{arm}", direction="maximize",
-                                    sampler=TrialSeeded(tune.seed, arm, tune.sampler.n_startup_trials),
-                                    pruner=tune.pruner.make(),
-                                    load_if_exists=True)
+                                    sampler=sampler_for(tune, arm), pruner=tune.pruner.make(), load_if_exists=True)
         known = study.user_attrs.get("arena.identity")
         if known is None:
             study.set_user_attr("arena.identity", identity)
