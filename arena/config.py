@@ -138,11 +138,12 @@ def build(cls, options: dict | None, where: str = "", fixed: dict | None = None,
     """``cls(**options, **fixed)`` with every unknown key, wrong type and out-of-range value reported at once.
 
     All the way down: a field typed as a config dataclass is built from its mapping, a ``dict[str, Dataclass]``
-    field (or ``dict[str, dict[str, Dataclass]]``, ...) entry by entry (an entry that fails is left out, and the parent's checks run on the others). A field's
-    ``metadata[CONVERT]`` brings a value into the field's form first (a count into a list of seeds, say; it
-    raises ValueError saying what it expected); ``metadata[REQUIRED]`` says what a missing option must be (and
-    what a mapping field expected when it got something else). A parent's own problem at the path of an option
-    that already failed is dropped: it judged the default that stood in. ``fixed``: values the caller sets,
+    field (or ``dict[str, dict[str, Dataclass]]``, ...) entry by entry (an entry that fails is left out, and the
+    parent's checks run on the others). A field's ``metadata[CONVERT]`` brings a value into the field's form
+    first (a count into a list of seeds, say; it raises ValueError saying what it expected);
+    ``metadata[REQUIRED]`` says what a missing option must be (and what a mapping field expected when it got
+    something else). A parent's own problem at the path of a problem already found, or above one, is dropped: it
+    judged what stood in (the default, or the entries that built). ``fixed``: values the caller sets,
     which are no options; ``nulls_are_defaults``: an option given as null takes its default (a file's top level).
     """
     if options is not None and not isinstance(options, dict):
@@ -161,13 +162,13 @@ def build(cls, options: dict | None, where: str = "", fixed: dict | None = None,
             value, found = _option(key, value, hints[key], fields[key].metadata)
             if value is not _MISSING:
                 typed[key] = value
-            if found:
-                problems += found
-                failed.add(key)
+            problems += found
+            failed |= {p.path for p in found}
     try:
         config = cls(**typed, **fixed)  # ranges of the well-typed options (the others keep their defaults)
     except ConfigError as error:
-        problems += [p for p in error.problems if p.path not in failed]
+        problems += [p for p in error.problems
+                     if not any(path == p.path or path.startswith((p.path + ".", p.path + "[")) for path in failed)]
     if problems:
         raise ConfigError(problems).under(where)
     return config

@@ -116,6 +116,31 @@ def test_nested_configs_named_entries_and_converters_are_built_with_every_proble
     ]  # c and d built, so the tree's own checks ran on them (two leaves: no label needed)
 
 
+@dataclass(frozen=True)
+class Forest(Checked):
+    trees: dict[str, dict[str, Leaf]] = field(default_factory=dict)
+
+    def problems(self):
+        for name, leaves in self.trees.items():
+            if not leaves:
+                yield f"trees.{name}", "must hold at least one leaf"
+
+
+def test_nested_mappings_of_configs_are_built_entry_by_entry_and_the_parent_judges_what_built():
+    """A failed leaf is left out and its siblings kept; the parent's check of an entry that lost leaves to
+    problems is dropped (it would judge a stand-in), while its check of an entry written empty stays."""
+    with pytest.raises(ConfigError) as caught:
+        build(Forest, {"trees": {"oak": {"a": {"size": 0}, "b": {}}, "elm": 3, "ash": {"c": 4}, "fir": {}}})
+    assert [str(p) for p in caught.value.problems] == [
+        "trees.oak.a.size: must be >= 1, got 0",
+        "trees.elm: expected a mapping of names to Leaf options, got 3",
+        "trees.ash.c: expected a mapping of options, got 4",
+        "trees.fir: must hold at least one leaf",
+    ]
+    built = build(Forest, {"trees": {"oak": {"a": {"size": 2}, "b": {}}}})
+    assert built == Forest({"oak": {"a": Leaf(2), "b": Leaf(1)}})
+
+
 def test_a_parents_check_of_an_option_that_failed_or_is_missing_is_dropped():
     """The parent judged the default that stood in: 'must hold at least one leaf' would be false."""
     with pytest.raises(ConfigError) as caught:

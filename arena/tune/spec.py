@@ -112,7 +112,8 @@ class Distribution(Section):
             if len(set(map(repr, values))) != len(values):
                 yield kind, f"choices must be distinct, got {list(values)}"
         elif len(values) != 2 or any(type_problem(v, int if kind == "int_uniform" else float) for v in values):
-            yield kind, f"expected [low, high], two {'integers' if kind == 'int_uniform' else 'numbers'}, got {list(values)!r}"
+            what = "integers" if kind == "int_uniform" else "numbers"
+            yield kind, f"expected [low, high], two {what}, got {list(values)!r}"
         elif not (math.isfinite(values[0]) and math.isfinite(values[1]) and values[0] < values[1]):
             yield kind, f"expected finite low < high, got [{values[0]!r}, {values[1]!r}]"
         elif kind == "log_uniform" and values[0] <= 0:
@@ -311,11 +312,11 @@ def load_tune(path, profile: str | None = None, trials_per_arm: int | None = Non
         problems += error.problems
     if problems or base is None:
         raise StudyError(located(problems, source, lines).problems + study_problems)
-    arms = spec.tuned_arms()
+    arms, first = spec.tuned_arms(), spec.tuned_arms()[0]
     tracking = dataclasses.replace(spec.tracking, uri=spec.tracking.uri or base.tracking.uri,
                                    experiment=spec.tracking.experiment or spec.name)
-    settings = dataclasses.replace(base, name=spec.name, seeds=spec.trial_seeds(), tracking=tracking, reference=arms[0],
-                                   arms={arms[0]: dataclasses.replace(base.arms[arms[0]], seeds=None)},
+    settings = dataclasses.replace(base, name=spec.name, seeds=spec.trial_seeds(), tracking=tracking, reference=first,
+                                   arms={first: dataclasses.replace(base.arms[first], seeds=None)},
                                    evaluation=spec.trial_section("evaluation"), budget=spec.trial_section("budget"),
                                    analysis=dataclasses.replace(base.analysis, draws=None))  # a trial has one draw
     return Tune(spec.name, source, base, settings, study_raw[0], {arm: spec.space[arm] for arm in arms},

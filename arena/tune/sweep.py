@@ -24,8 +24,8 @@ from arena.runner import RUN_FAILURES, Stop, checkpoint_file, execute, identity_
 from arena.scheduler import invocation
 from arena.study import validate
 from arena.tune.spec import Tune, describe_pruner, describe_sampler
-from arena.tune.trials import (ERROR, RETRY_OF, Counts, Heartbeat, _tell, claim, counts, fail_stale, next_arm,
-                               open_storage, open_studies, sampler_for)
+from arena.tune.trials import (ERROR, RETRY_OF, Counts, claim, counts, fail_stale, heartbeat, next_arm, open_storage,
+                               open_studies, sampler_for, tell)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,30 +168,23 @@ def run_trial(worker: Worker, study: optuna.Study, trial, arm: str) -> TrialResu
     """The objective of one trial, told to Optuna: finished, pruned, failed (a run failed), or interrupted (failed,
     and queued again with its options: the next invocation resumes it from its checkpoints)."""
     result = TrialResult(arm, trial.number, "failed")
-    heartbeat = Heartbeat(trial)
-    try:
-        value = objective(trial, arm, worker)
-        result.value, result.state = value, "finished"
-        told = _tell(study, trial, value)
-    except Stop as stop:
-        result.state, result.error = "pruned", str(stop)
-        told = _tell(study, trial, state=TrialState.PRUNED)
-    except optuna.exceptions.UpdateFinishedTrialError:  # reporting to a trial another worker failed as stale
-        told = False
-    except RUN_FAILURES as error:
-        result.error = f"{type(error).__name__}: {error}"
+    with heartbeat(trial):
         try:
-            trial.set_user_attr(ERROR, result.error[:1000])
-            told = _tell(study, trial, state=TrialState.FAIL)
-        except optuna.exceptions.UpdateFinishedTrialError:
+            result.value = objective(trial, arm, worker)
+            result.state, told = "finished", tell(study, trial, result.value)
+        except Stop as stop:
+            result.state, result.error = "pruned", str(stop)
+            told = tell(study, trial, state=TrialState.PRUNED)
+        except optuna.exceptions.UpdateFinishedTrialError:  # reporting to a trial another worker failed as stale
             told = False
-    except BaseException:
-        if _tell(study, trial, state=TrialState.FAIL):
-            study.enqueue_trial(trial.params, user_attrs={RETRY_OF: first_trial(trial)}, skip_if_exists=False)
-        raise
-    finally:
-        heartbeat.stop()
-        result.params = trial.params
+        except RUN_FAILURES as error:
+            result.error = f"{type(error).__name__}: {error}"
+            told = tell(study, trial, state=TrialState.FAIL, error=result.error)
+        except BaseException:
+            if tell(study, trial, state=TrialState.FAIL):
+                study.enqueue_trial(trial.params, user_attrs={RETRY_OF: first_trial(trial)}, skip_if_exists=False)
+            raise
+    result.params = trial.params
     if not told:  # another worker took it for dead and queued a retry, which resumes from the checkpoints
         result.state, result.value = "dropped", None
         return result

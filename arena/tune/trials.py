@@ -2,6 +2,7 @@
 lifecycle across processes and machines (claiming a trial, the heartbeat, failing and requeueing stale ones)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -141,10 +142,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _tell(study: optuna.Study, trial, *args, **kwargs) -> bool:
-    """``study.tell``; False when the trial had ended already (failed as stale by another worker)."""
+def tell(study: optuna.Study, trial, value: float | None = None, state=TrialState.COMPLETE, error: str = "") -> bool:
+    """``study.tell``, with the ``error`` a failed trial records; False when the trial had ended already (failed
+    as stale by another worker)."""
     try:
-        study.tell(trial, *args, **kwargs)
+        if error:
+            trial.set_user_attr(ERROR, error[:1000])
+        study.tell(trial, value, state=state)
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
     return True
@@ -160,7 +164,7 @@ def fail_stale(study: optuna.Study) -> list[int]:
         dead = owner.get("host") == HOST and owner.get("pid") != os.getpid() and not _alive(owner.get("pid", 0))
         if not (dead or time.time() - beat > STALE_AFTER):
             continue
-        if not _tell(study, trial.number, state=TrialState.FAIL):
+        if not tell(study, trial.number, state=TrialState.FAIL):
             continue  # another worker failed it first
         study.enqueue_trial(trial.params, user_attrs={RETRY_OF: trial.user_attrs.get(RETRY_OF, trial.number)},
                             skip_if_exists=False)
@@ -187,14 +191,15 @@ def claim(tune: Tune, study: optuna.Study):
     numbers = sorted(t.number for t in study.get_trials(deepcopy=False, states=COUNTED))
     if trial.number in numbers and numbers.index(trial.number) >= tune.trials_per_arm:
         trial.set_user_attr(SURPLUS, True)
-        _tell(study, trial, state=TrialState.FAIL)
+        tell(study, trial, state=TrialState.FAIL)
         return None
     trial.set_user_attr(OWNER, {"host": HOST, "pid": os.getpid()})
     trial.set_user_attr(BEAT, time.time())
     return trial
 
 
-class Heartbeat:
+@contextlib.contextmanager
+def heartbeat(trial):
     """Records the time on the trial every ``HEARTBEAT_SECONDS`` while it runs: the stale test of other machines.
 
     Workers on several machines can share one storage (a journal on a shared filesystem, a database). A trial
@@ -203,19 +208,19 @@ class Heartbeat:
     (``fail_stale``); a pid of another machine tells nothing here, so there a trial silent for ``STALE_AFTER``
     seconds is taken for dead, failed and queued again, and its retry resumes its runs from their checkpoints.
     """
+    stop = threading.Event()
 
-    def __init__(self, trial):
-        self.trial, self.stop_event = trial, threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True)
-        self.thread.start()
-
-    def _beat(self):
-        while not self.stop_event.wait(HEARTBEAT_SECONDS):
+    def beat():
+        while not stop.wait(HEARTBEAT_SECONDS):
             try:
-                self.trial.set_user_attr(BEAT, time.time())
+                trial.set_user_attr(BEAT, time.time())
             except Exception:  # the trial ended meanwhile
                 return
 
-    def stop(self):
-        self.stop_event.set()
-        self.thread.join()
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
