@@ -117,19 +117,10 @@ class Counts:
 
 
 def counts(study: optuna.Study) -> Counts:
-    found = Counts()
-    for trial in study.get_trials(deepcopy=False):
-        if trial.state == TrialState.COMPLETE:
-            found.finished += 1
-        elif trial.state == TrialState.PRUNED:
-            found.pruned += 1
-        elif trial.state == TrialState.RUNNING:
-            found.running += 1
-        elif trial.state == TrialState.WAITING:
-            found.waiting += 1
-        elif trial.state == TrialState.FAIL and ERROR in trial.user_attrs:
-            found.failed += 1
-    return found
+    found = study.get_trials(deepcopy=False)
+    states = [trial.state for trial in found]
+    return Counts(*map(states.count, (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)),
+                  sum(trial.state == TrialState.FAIL and ERROR in trial.user_attrs for trial in found))
 
 
 def _alive(pid: int) -> bool:
