@@ -23,6 +23,7 @@ from arena.report.tables import arm_width
 from arena.runner import RUN_FAILURES, Stop, checkpoint_file, execute, identity_tags, start_caches
 from arena.scheduler import invocation
 from arena.study import validate
+from arena.tracking import Tracker
 from arena.tune.spec import Tune, describe_pruner, describe_sampler
 from arena.tune.trials import (ERROR, RETRY_OF, Counts, claim, counts, fail_stale, heartbeat, next_arm, open_storage,
                                open_studies, sampler_for, tell)
@@ -56,7 +57,7 @@ class Curve:
 
     trial: optuna.Trial
     objective: str
-    tracker: object
+    tracker: Tracker
     identity: dict  # the run's tags, to find what it logged before
     offset: float
     end: int | None
@@ -84,7 +85,7 @@ class Worker:
     """What a worker's trials run with: the tune, the tracker and parent run they log to, where their runs go."""
 
     tune: Tune
-    tracker: object
+    tracker: Tracker
     parent_id: str
     workdir: Path
     device: str | None = None

@@ -132,12 +132,17 @@ def test_a_killed_sweep_resumes_without_repeating_finished_trials(in_tmp, capsys
     while not ready and time.time() < deadline and process.poll() is None:
         time.sleep(0.1)
         try:
-            finished = any(t.state == TrialState.COMPLETE for ts in trials(in_tmp).values() for t in ts)
+            found = trials(in_tmp)
         except (KeyError, FileNotFoundError, ValueError):  # the journal or a study does not exist yet
             continue
+        finished = any(t.state == TrialState.COMPLETE for ts in found.values() for t in ts)
+        # a running trial's checkpoints only: a finished trial's stay a moment after it is told, and killing then
+        # would catch the next trial before its first checkpoint (seen on a loaded machine)
+        running = {f"{arm}/trial{t.number}" for arm, ts in found.items() for t in ts if t.state == TrialState.RUNNING}
         runs = in_tmp / ".arena" / "tune" / "tune"
         try:
-            checkpoints = list(runs.glob("*/trial*/**/checkpoint.pt") if finished else ())
+            checkpoints = [path for path in (runs.glob("*/trial*/**/checkpoint.pt") if finished else ())
+                           if "/".join(path.relative_to(runs).parts[:2]) in running]
         except FileNotFoundError:  # a finished trial's folder went away while the glob walked it
             continue
         for checkpoint in checkpoints:
