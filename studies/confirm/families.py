@@ -1,0 +1,62 @@
+"""The verdict families across studies (docs/results.md, "One family per question"): every registered
+confirmation's comparisons with its reference, grouped by the seed question they answer, with Holm's correction
+over each question's whole family (the difference tests and the TOST tests separately, as within a study).
+
+    mkdir /tmp/families && cd /tmp/families && arena import /path/to/arena/archive
+    python /path/to/arena/studies/confirm/families.py sqlite:///mlflow.db
+
+Prints one table per question: each comparison's raw p, its p adjusted within its study (the registered verdict)
+and within the question's family, and whether the verdict changes. ES across budgets (es_scaling*.yaml) is a test
+of another kind (non-inferiority at every budget mark, its own family) and the matched sign checks are judged
+within their study (their family: the arms against sharpening); both are left out here.
+"""
+import sys
+from pathlib import Path
+
+from arena.report import comparison, stats
+from arena.report.records import ReportError, read_results
+from arena.study import load_study
+from arena.tracking import Tracker
+
+QUESTIONS = {  # study -> the question its comparisons answer ("methods": the reference against each method)
+    "es_vs_blockgrpo": "methods", "es_vs_blockgrpo_flops": "methods", "es_vs_blockgrpo_wallclock": "methods",
+    "multiblock": "methods", "multiblock_flops": "methods", "multiblock_wallclock": "methods",
+    "silent_bugs": "the seed's silent bugs", "multiblock_silent_bugs": "the seed's silent bugs",
+    "estimators": "in-block estimators", "estimators_forward_tokens": "in-block estimators",
+    "multiblock_estimators": "in-block estimators",
+}
+
+
+def comparisons(uri: str) -> list[dict]:
+    rows = []
+    for stem, question in QUESTIONS.items():
+        study = load_study(Path(__file__).with_name(f"{stem}.yaml"))
+        try:
+            results = read_results(Tracker(uri, study.tracking.experiment or study.name), study)
+        except ReportError as error:
+            print(f"{stem}: skipped ({error})")
+            continue
+        for arm, found in comparison.comparisons(results).items():
+            rows.append(dict(study=stem, arm=arm, found=found, analysis=study.analysis,
+                             question=f"{study.reference} vs {arm}" if question == "methods" else question))
+    return rows
+
+
+def main(uri: str) -> None:
+    rows = comparisons(uri)
+    for question in dict.fromkeys(row["question"] for row in rows):
+        family = [row for row in rows if row["question"] == question]
+        p = stats.adjust([row["found"].p for row in family], "holm")
+        tost = stats.adjust([row["found"].tost for row in family], "holm")
+        print(f"\n{question}: {len(family)} comparisons, Holm over them")
+        for row, p_question, tost_question in zip(family, p, tost):
+            c, analysis = row["found"], row["analysis"]
+            across = stats.verdict(p_question, tost_question, analysis.level, analysis.margin)
+            d = c.difference
+            print(f"  {row['study']:26s} {row['arm']:22s} {d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]  p {c.p:.4f}"
+                  f"  study {c.p_adjusted:.4f}  question {p_question:.4f}  TOST study {c.tost_adjusted:.4f}"
+                  f"  question {tost_question:.4f}  {c.verdict}" + ("" if across == c.verdict else f" -> {across}"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "sqlite:///mlflow.db")
