@@ -37,6 +37,7 @@ import numpy as np
 
 from arena.model.sampler import SamplerConfig, generate
 from arena.rng import EvaluationKey, numpy_generator, seed_of
+from arena.shards import gather, share
 
 DRAW_METRICS = ("tail_gain", "mean_gain", "hard_gain", "tail_reward")  # logged per evaluation draw 1..D-1
 SHARPEN_GRID = (0.0, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # τ: 0 is greedy, 1 the start policy itself
@@ -97,18 +98,29 @@ class Evaluator:
 
     def decode(self, policy, domain: EvaluationKey = EvaluationKey.MEASURE, temperature: float | None = None) -> Evaluation:
         """k samples of every prompt with decoding seeds keyed by (evaluation seed, domain[, draw], prompt, sample);
-        ``temperature`` replaces the study's (the sharpening control)."""
+        ``temperature`` replaces the study's (the sharpening control).
+
+        Row i*k + j is sample j of prompt i, and the sampler keys its draws by (decoding seed, row). In a run across
+        processes each rank decodes and rewards its share of the rows (``arena.shards``) and every rank receives all
+        of them: the same tokens as one process decoding them all (a row's tokens do not depend on its batch mates),
+        so the same rewards and metrics, bit for bit. ``forward_tokens`` is summed over the ranks."""
         spec, k = self.spec, self.spec.samples
-        prompts = [policy.encode(text) for text in self.texts]
         config = SamplerConfig(max_new_tokens=spec.max_new_tokens,
                                temperature=spec.temperature if temperature is None else temperature)
         key = (spec.seed, domain) if self.draw == 0 else (spec.seed, domain, self.draw)
-        out = generate(policy, [p for p in prompts for _ in range(k)], config, seed=seed_of(*key),
-                       row_ids=list(range(len(prompts) * k)))
-        rewards = np.array([self._reward(row // k, text) for row, text in enumerate(out.texts)]).reshape(-1, k)
-        completions = [{"prompt": self.texts[row // k], "completion": text, "reward": float(rewards.flat[row])}
-                       for row, text in enumerate(out.texts)]
-        return Evaluation(rewards, completions, out.forward_tokens)
+        rows = share(len(self.texts) * k)
+        mine, forward_tokens = [], 0
+        if rows:  # more processes than rows leave a rank without any
+            encoded = {i: policy.encode(self.texts[i]) for i in sorted({row // k for row in rows})}
+            out = generate(policy, [encoded[row // k] for row in rows], config, seed=seed_of(*key), row_ids=rows)
+            mine = [(row, text, self._reward(row // k, text)) for row, text in zip(rows, out.texts)]
+            forward_tokens = out.forward_tokens
+        parts = gather([(mine, forward_tokens)])
+        every = sorted(sample for part, _ in parts for sample in part)
+        rewards = np.array([reward for _, _, reward in every]).reshape(-1, k)
+        completions = [{"prompt": self.texts[row // k], "completion": text, "reward": reward}
+                       for row, text, reward in every]
+        return Evaluation(rewards, completions, sum(tokens for _, tokens in parts))
 
     def _reward(self, index: int, text: str) -> float:
         return checked_reward(self.task, self.examples[index], self.texts[index], text)

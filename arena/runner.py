@@ -13,10 +13,10 @@ what was consumed under ``budget/``. Metric rows are buffered between evaluation
 after the checkpoint, and a resumed run first writes whatever of its checkpoint's rows MLflow lacks,
 so a run killed at any moment and rerun has every point exactly once.
 
-Across processes (``torchrun`` / ``accelerate launch``, one run): every rank trains its share and evaluates
-(the same keyed samples); rank 0 alone decides skip/resume/new (and tells the others), logs, and writes the
-checkpoint, except under FSDP, where every rank writes its own shards (``save``). The other ranks get a
-tracker that does nothing.
+Across processes (``torchrun`` / ``accelerate launch``, one run): every rank trains its share and decodes its share
+of each evaluation, gathered onto every rank (``Evaluator.decode``); rank 0 alone decides skip/resume/new (and tells
+the others), logs, and writes the checkpoint, except under FSDP, where every rank writes its own shards (``save``).
+The other ranks get a tracker that does nothing.
 """
 from __future__ import annotations
 
@@ -177,8 +177,8 @@ def decide(tracker, tags: dict[str, str], checkpoint_path: Path, force: bool) ->
 
 
 def decode(evaluator: Evaluator, policy) -> Evaluation:
-    """An evaluation point's samples. Under FSDP every rank must gather the model (a collective), so every rank
-    of a run across processes evaluates, the same keyed samples, and rank 0 logs."""
+    """An evaluation point's samples. Every rank of a run across processes decodes its share of them and receives
+    all (``Evaluator.decode``); under FSDP each first gathers the model (a collective); rank 0 logs."""
     with fsdp.gathered(policy.model):
         return evaluator.decode(policy)
 
@@ -205,7 +205,7 @@ def starting_evaluation(evaluator: Evaluator, policy, cache: Path, say=None) -> 
         spec = evaluator.spec
         say(f"decoding the start model on evaluation draw {evaluator.draw} ({spec.prompts} prompts x {spec.samples} "
             f"samples, and again to pick the hard prompts), once for every run of the study")
-    with fsdp.gathered(policy.model):  # every rank decodes, as at every evaluation point (``decode``)
+    with fsdp.gathered(policy.model):  # every rank decodes its share, as at each evaluation point (``decode``)
         start, hard = evaluator.decode(policy), evaluator.hard_subset(policy)
     if world()[0] == 0:
         cache.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
 """A task and a method defined outside the registries, for study files that name them by import path."""
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -63,7 +64,8 @@ class Stay:
 
 class FlakyArithmetic(NoisyArithmeticTask):
     """noisy_arithmetic whose reward raises at the N-th call of this process, N from
-    $ARENA_TEST_REWARD_FAILS_AT (unset: never), as a user's buggy reward would."""
+    $ARENA_TEST_REWARD_FAILS_AT (unset: never), as a user's buggy reward would; with $ARENA_TEST_REWARD_LOG set,
+    each call appends its prompt to the file $ARENA_TEST_REWARD_LOG.<process id> (what each process rewarded)."""
 
     name = "flaky_arithmetic"
     calls = 0
@@ -72,6 +74,9 @@ class FlakyArithmetic(NoisyArithmeticTask):
         FlakyArithmetic.calls += 1
         if FlakyArithmetic.calls == int(os.environ.get("ARENA_TEST_REWARD_FAILS_AT", 0)):
             return 1 / 0
+        if os.environ.get("ARENA_TEST_REWARD_LOG"):
+            with open(f"{os.environ['ARENA_TEST_REWARD_LOG']}.{os.getpid()}", "a") as log:
+                log.write(json.dumps(self.prompt(example)) + "\n")
         return super().reward(completion, example)
 
 

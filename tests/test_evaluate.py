@@ -1,4 +1,5 @@
 """Tail metrics against hand-computed values and brute force; the hard subset has no regression to the mean."""
+import contextlib
 import itertools
 import math
 
@@ -204,3 +205,53 @@ def test_level_shares_are_checked_where_the_study_file_gives_them():
                             ({"1": 1.0}, "level_shares: expected integer levels with shares in \\(0, 1\\], got '1': 1.0")):
         with pytest.raises(ConfigError, match=message):
             build(EvaluationSpec, {"level_shares": shares})
+
+
+class Digits:
+    """Eight held-out prompts; reward: the share of digits in the completion (many distinct values); every call is
+    recorded, to count what each process decoded."""
+
+    name, reward_range = "digits", (0.0, 1.0)
+    calls: list[str] = []
+
+    def examples(self, split, n, seed, source=None):
+        return [{"index": i} for i in range(n)]
+
+    def prompt(self, example, tokenizer=None):
+        return f"{example['index']} + {example['index']} ="
+
+    def reward(self, completion, example):
+        Digits.calls.append(self.prompt(example))
+        return sum(c.isdigit() for c in completion) / max(1, len(completion))
+
+
+def _sharded_decode(rank: int, world: int, directory: str) -> None:
+    import torch
+
+    from arena.model.tiny import build_policy
+    from conftest import SMALL, gloo_rank, sharpen
+
+    torch.set_num_threads(1)
+    with gloo_rank(f"{directory}/store-{world}", rank, world) if world > 1 else contextlib.nullcontext():
+        evaluator = Evaluator(Digits(), spec(prompts=8, samples=3, max_new_tokens=12, temperature=0.8))
+        got = evaluator.decode(sharpen(build_policy(SMALL)))
+        torch.save({"rewards": got.rewards, "completions": got.completions, "calls": Digits.calls},
+                   f"{directory}/rank{rank}-of-{world}.pt")
+
+
+@pytest.mark.slow  # spawns two processes
+def test_two_gloo_processes_decode_each_sample_once_and_gather_the_one_process_evaluation(tmp_path):
+    """Each rank decodes and rewards its share of the 8 x 3 rows; every rank receives the one-process evaluation,
+    its rewards and completions equal to the last bit."""
+    import torch
+    import torch.multiprocessing as mp
+
+    mp.spawn(_sharded_decode, args=(1, str(tmp_path)), nprocs=1)
+    mp.spawn(_sharded_decode, args=(2, str(tmp_path)), nprocs=2)
+    one, *two = (torch.load(tmp_path / name, weights_only=False) for name in ("rank0-of-1.pt", "rank0-of-2.pt",
+                                                                                "rank1-of-2.pt"))
+    assert len(set(one["rewards"].flat)) > 3  # the rewards vary: a misplaced row would show
+    for rank in two:
+        assert np.array_equal(rank["rewards"], one["rewards"]) and rank["completions"] == one["completions"]
+    assert len(one["calls"]) == 24 and [len(rank["calls"]) for rank in two] == [12, 12]
+    assert sorted(two[0]["calls"] + two[1]["calls"]) == sorted(one["calls"])

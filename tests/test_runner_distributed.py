@@ -9,6 +9,7 @@
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -37,21 +38,28 @@ def arena_run(folder: Path, processes: int, **env) -> subprocess.CompletedProces
                           env=environment, capture_output=True, text=True, timeout=300)
 
 
+def rewarded(folder: Path) -> list[Counter]:
+    """The prompts each process of a launch in ``folder`` rewarded, with how often (``ARENA_TEST_REWARD_LOG``)."""
+    return [Counter(path.read_text().splitlines()) for path in sorted(folder.glob("rewarded.*"))]
+
+
 def curves(folder: Path):
     """The study's one child run and its evaluation histories, (step, value) sorted by step."""
     client = client_for(folder)
     (run,), _ = children(client, "e2e")
     history = {key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
-               for key in (*EVAL, "eval/weight_drift")}
+               for key in run.data.metrics if key.startswith(("eval/", "matched/", "draws/"))}
     return run, history
 
 
 def assert_same_curves(mine: dict, reference: dict) -> None:
     """Every point once, at the same budget. Replicas and shards differ from one process only by the rounding of
     gradient sums (about 1e-7 relative): no decoded token changes, and the weight drift agrees to 1e-5."""
-    for key, points in mine.items():
-        assert [step for step, _ in points] == MARKS, key
-    assert {key: mine[key] for key in EVAL} == {key: reference[key] for key in EVAL}
+    for key in EVAL:
+        assert [step for step, _ in mine[key]] == MARKS, key
+    exact = set(reference) - {"eval/weight_drift"}  # every evaluation metric, matched decoding's included
+    assert set(mine) == set(reference) and len(exact) > len(EVAL)
+    assert {key: mine[key] for key in exact} == {key: reference[key] for key in exact}
     for (_, a), (_, b) in zip(mine["eval/weight_drift"], reference["eval/weight_drift"]):
         assert abs(a - b) <= 1e-5 * b
     assert mine["eval/weight_drift"][-1][1] > 0
@@ -62,20 +70,25 @@ def one_process(tmp_path_factory) -> dict:
     """The replicated study run in one plain process: the curve that two processes must give."""
     folder = tmp_path_factory.mktemp("one-process")
     write(folder, study("none"))
-    done = arena_run(folder, 1)
+    done = arena_run(folder, 1, ARENA_TEST_REWARD_LOG=str(folder / "rewarded"))
     assert done.returncode == 0, done.stderr[-3000:]
-    return curves(folder)[1]
+    return curves(folder)[1], rewarded(folder)[0]
 
 
 @pytest.mark.slow  # 20-31 s on 2 shared cores, and 10-17 s for the one-process run it is compared with
 def test_replicas_on_two_processes_log_the_one_process_run_once_and_a_rerun_skips(tmp_path, one_process):
+    """... and each rank decodes and rewards its share of every evaluation: between them, the two ranks reward
+    each prompt as often as one process does, with the same metrics to the last digit."""
     write(tmp_path, study("none"))
-    done = arena_run(tmp_path, 2)
+    done = arena_run(tmp_path, 2, ARENA_TEST_REWARD_LOG=str(tmp_path / "rewarded"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("arena run e2e:") == 1 and "one run across 2 processes" in done.stdout  # rank 0 prints
     run, history = curves(tmp_path)
     assert run.info.status == "FINISHED" and run.data.tags["arena.processes"] == "2"
-    assert_same_curves(history, one_process)
+    assert_same_curves(history, one_process[0])
+    ranks = rewarded(tmp_path)
+    assert len(ranks) == 2 and ranks[0] + ranks[1] == one_process[1]
+    assert ranks[0].total() == ranks[1].total() == one_process[1].total() / 2  # 12 + 12 of every 24 rows
     (directory,) = (tmp_path / ".arena/e2e/block_grpo").iterdir()
     assert [p.name for p in directory.iterdir()] == ["checkpoint.pt"]  # the replicas' one state, by rank 0
 
@@ -89,9 +102,10 @@ def test_replicas_on_two_processes_log_the_one_process_run_once_and_a_rerun_skip
 @pytest.mark.slow  # 22-39 s on 2 shared cores
 def test_fsdp_on_two_processes_resumes_from_its_shards_onto_the_one_process_curve(tmp_path, one_process):
     write(tmp_path, study("fsdp"))
-    # each rank counts its own reward calls: 48 for the starting evaluation, 8 for its half of a step, 24 per
-    # further evaluation point; the 100th is in the evaluation at 32 samples, after the checkpoint at 16
-    failed = arena_run(tmp_path, 2, ARENA_TEST_REWARD_FAILS_AT="100")
+    # each rank counts its own reward calls: 24 for its half of the starting evaluation (12 x 2 rows, twice), 8 for
+    # its half of a step, 12 per further evaluation point; the 60th is in the evaluation at 32 samples, after the
+    # checkpoint at 16
+    failed = arena_run(tmp_path, 2, ARENA_TEST_REWARD_FAILS_AT="60")
     assert failed.returncode != 0 and "reward raised ZeroDivisionError" in failed.stderr
     run, history = curves(tmp_path)
     assert [step for step, _ in history["eval/tail_reward"]] == MARKS[:2]
@@ -103,7 +117,7 @@ def test_fsdp_on_two_processes_resumes_from_its_shards_onto_the_one_process_curv
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     again, history = curves(tmp_path)
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
-    assert_same_curves(history, one_process)
+    assert_same_curves(history, one_process[0])
     assert sorted(p.name for p in directory.iterdir()) == ["checkpoint.pt", "shards-0003"]  # earlier ones removed
 
 
