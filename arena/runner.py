@@ -39,8 +39,10 @@ from arena.evaluate import DRAW_METRICS, Evaluation, Evaluator, RewardError, che
 from arena.progress import Progress, announce
 from arena.rng import RunKey, seed_of
 from arena.study import digest
-from arena.tracking import draw_artifact, evaluation_artifact, matched_artifact
+from arena.shards import gather
+from arena.tracking import draw_artifact, evaluation_artifact, matched_artifact, rollout_artifact
 from methods import fsdp, method_class
+from methods.diagnostics import merged_records
 from methods.base import all_reduce_sums, world
 from rewards import load_task
 
@@ -378,6 +380,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     pending: list[tuple[str, float, int]] = []
     shown = {"tail": "-", "step_s": "-"}  # the bar's postfix: the latest tail reward and step time
     sample: list[dict] = []
+    decoded: list[tuple[int, dict]] = []  # (step, step maps) of this rank's rollouts since the last evaluation point
     try:
         while state.point < len(points):
             if state.meter.amount(unit) >= points[state.point]:  # ---- an evaluation point
@@ -392,6 +395,9 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                     tracker.log_table(run_id, sample, evaluation_artifact(mark, "train_completions.json"))
                 tracker.log_npz(run_id, {"rewards": now.rewards, "hard": hard},
                                 evaluation_artifact(mark, "per_prompt_rewards.npz"))
+                if decoded:  # every rank has as many steps' maps (none for a method without them)
+                    tracker.log_npz(run_id, merged_records(gather(decoded)), rollout_artifact(mark))
+                    decoded = []
                 if state.point == len(points) - 1:  # the end: the study's other evaluation draws too
                     pending += other_draws(extra, extra_starts, policy, mark, tracker, run_id)
                 state.point += 1
@@ -416,6 +422,8 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                 raise RuntimeError(f"{run.method} step {state.step} consumed no {unit}: the run could never reach its "
                                    "budget (a method must report its Consumption)")
             sample = result.completions
+            if getattr(result, "decoding", None) is not None:  # GRPO's step maps (methods.diagnostics)
+                decoded.append((state.step, result.decoding))
             state.meter.seconds += seconds
             state.step += 1
             mark = int(round(state.meter.amount(unit)))

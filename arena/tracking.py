@@ -163,6 +163,12 @@ def evaluation_artifact(mark: int, name: str) -> str:
     return f"evaluations/{mark:09d}/{name}"
 
 
+def rollout_artifact(mark: int) -> str:
+    """Where a run's step maps of the training steps up to evaluation point ``mark`` (since the previous one) land
+    (``methods.diagnostics.merged_records``)."""
+    return f"rollouts/{mark:09d}.npz"
+
+
 def draw_artifact(draw: int) -> str:
     """Where a run's evaluation draw ``draw`` (1..D-1: start, end, hard subset) lands."""
     return f"evaluations/draws/{draw:02d}.npz"

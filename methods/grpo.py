@@ -35,7 +35,8 @@ Low-precision (bf16) weights train through fp32 master copies in both modes.
 Statistics: the common ones (``methods.base.COMMON_STATS``; update_norm needs one fp32 copy of this
 rank's masters during the step) and those TRL/verl users expect: loss, clip_frac, kl, ratio_mean,
 ratio_max, estimator_std (spread of the estimator's draws), grad_norm, frac_zero_std_groups,
-completion_length; and clamped_frac, skipped_steps (above).
+completion_length; and clamped_frac, skipped_steps (above); the rollout diagnostics identical_share and
+tokens_per_forward (``methods.diagnostics``), whose step maps go to the runner in the result's ``decoding``.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ import torch
 from arena.config import IDENTITY_WHEN_SET
 from arena.rng import seed_of
 from arena.model.sampler import Generation, SamplerConfig, generate
-from methods import fsdp, likelihood
+from methods import diagnostics, fsdp, likelihood
 from methods.base import (MethodConfig, NonFiniteError, ParameterCount, StepResult, Trainable, all_reduce_sum,
                           all_reduce_sums, common_stats, make_trainable, reference_context, register, world)
 
@@ -378,6 +379,7 @@ class GRPO:
             "reward_sum": sum(scores), "reward_squares": sum(r * r for r in scores),
             "zero_std_groups": float((groups.std(1) == 0).sum()), "groups": len(groups),
             "completion_tokens": sum(out.lengths), "update_squares": self._update_squares(inner.before),
+            **diagnostics.decoding_sums(out, G, config.max_new_tokens),
         }, max_keys=("ratio_max",))
         if inner.failure is not None and self.consecutive_skips >= config.max_skipped_steps:
             raise NonFiniteError(self._non_finite_message(step, *inner.failure))
@@ -392,10 +394,12 @@ class GRPO:
             "estimator_std": totals["draw_std"] / max(totals["draw_units"], 1),
             "grad_norm": inner.grad_norm / iterations,
             "completion_length": totals["completion_tokens"] / totals["samples"],
+            **diagnostics.decoding_stats(totals, totals["samples"], config.max_new_tokens),
         }
         sample = [{"prompt": i, "text": text, "reward": float(r)}
                   for (i, _), text, r in zip(rollout.rows, out.texts, rollout.rewards)]
-        return StepResult(consumption, stats, sample[: 2 * G])
+        return diagnostics.RolloutResult(consumption, stats, sample[: 2 * G],
+                                         diagnostics.decoding_record(out, rollout.rows))
 
     def _non_finite_message(self, step: int, iteration: int, loss: float, norm: float, bad_rewards: float) -> str:
         what = (f"loss is {loss} (gradient norm {norm:.4g})" if not math.isfinite(loss)

@@ -99,6 +99,16 @@ def test_a_study_lands_in_mlflow_with_aligned_curves_and_a_rerun_skips(in_tmp, c
         local = client.download_artifacts(run.info.run_id, points[-1], str(in_tmp / run.info.run_id))
         rewards = np.load(Path(local) / "per_prompt_rewards.npz")["rewards"]
         assert rewards.shape == (12, 2)
+        maps = [a.path for a in client.list_artifacts(run.info.run_id, "rollouts")]
+        if tags["arena.method"] == "block_grpo":  # every step's rollout diagnostics; its step maps at each mark
+            history = client.get_metric_history(run.info.run_id, "train/tokens_per_forward")
+            assert [m.value for m in history] == [1.0, 1.0]  # threshold 1: one token per forward
+            assert steps(client, run.info.run_id, "train/identical_share") == [m.step for m in history]
+            assert maps == ["rollouts/000000016.npz", "rollouts/000000032.npz"]  # the step before each mark
+            record = np.load(client.download_artifacts(run.info.run_id, maps[-1], str(in_tmp / run.info.run_id)))
+            assert record["step"].tolist() == [1] * 16 and record["offsets"][-1] == len(record["forward"]) > 16
+        else:
+            assert maps == []  # ES decodes no groups
     # the same start for every run: common prompts and decoding seeds
     starts = {tuple(m.value for m in client.get_metric_history(r.info.run_id, "eval/mean_reward")[:1]) for r in runs}
     assert len(starts) == 1
