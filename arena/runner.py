@@ -36,6 +36,7 @@ import torch
 
 from arena.budget import Consumption, Meter, evaluation_points
 from arena.evaluate import DRAW_METRICS, Evaluation, Evaluator, RewardError, checked_reward, choose_temperature
+from arena.memory import deterministic_kernels, out_of_memory
 from arena.progress import Progress, announce
 from arena.rng import RunKey, seed_of
 from arena.study import digest
@@ -317,6 +318,11 @@ def train_prompts(task, policy, run, step: int) -> tuple[list[dict], list[list[i
     return examples, [policy.encode(t) for t in texts], texts
 
 
+def resumed_from(state: Checkpoint, points: list[float]) -> str:
+    """Where a rerun resumes a run that stopped now: its last checkpoint (``save``), at the last evaluation mark."""
+    return f"its checkpoint at evaluation mark {int(round(points[state.point - 1]))}" if state.point else "its start"
+
+
 class Stop(Exception):
     """Raised by an ``on_evaluation`` callback to end a run early (a tuner pruning a trial): the run is
     marked KILLED, and what it logged stays."""
@@ -340,6 +346,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     if action == "skip":
         return Outcome(run.arm, run.seed, run_id, "skipped")
 
+    deterministic_kernels(bool(run.train.deterministic))  # or not: runs share a process
     policy = load_policy(run.model, device=device)
     task = load_task(run.task.name, run.task.levels)
     initial = initial_weights(policy.model)
@@ -348,9 +355,10 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     sharded = fsdp.is_sharded(policy.model)
     evaluator = Evaluator(task, run.evaluation, policy.tokenizer, run.task.source)
     say = functools.partial(announce, f"{run.arm} seed {run.seed}", enabled=progress)
-    start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, run), say)
-    extra = Evaluator.final_draws(task, run.evaluation, policy.tokenizer, run.task.source)
-    extra_starts = draw_starts(extra, policy, workdir, run, say)  # before any step, and before a resume loads weights
+    with out_of_memory("the starting evaluation", "its start", "evaluation"):
+        start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, run), say)
+        extra = Evaluator.final_draws(task, run.evaluation, policy.tokenizer, run.task.source)
+        extra_starts = draw_starts(extra, policy, workdir, run, say)  # before any step or resume loads weights
 
     if action == "resume":
         try:
@@ -384,9 +392,10 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     try:
         while state.point < len(points):
             if state.meter.amount(unit) >= points[state.point]:  # ---- an evaluation point
-                now = start if state.point == 0 else decode(evaluator, policy)
-                metrics = evaluator.metrics(now, start, hard)
                 mark = int(round(points[state.point]))
+                with out_of_memory(f"evaluation mark {mark}", resumed_from(state, points), "evaluation"):
+                    now = start if state.point == 0 else decode(evaluator, policy)
+                metrics = evaluator.metrics(now, start, hard)
                 pending += [(f"eval/{k}", v, mark) for k, v in metrics.items()]
                 pending += [(f"budget/{k}", v, mark) for k, v in state.meter.as_dict().items()]
                 pending.append(("eval/weight_drift", weight_drift(policy.model, initial), mark))
@@ -399,7 +408,8 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                     tracker.log_npz(run_id, merged_records(gather(decoded)), rollout_artifact(mark))
                     decoded = []
                 if state.point == len(points) - 1:  # the end: the study's other evaluation draws too
-                    pending += other_draws(extra, extra_starts, policy, mark, tracker, run_id)
+                    with out_of_memory(f"evaluation mark {mark}", resumed_from(state, points), "evaluation"):
+                        pending += other_draws(extra, extra_starts, policy, mark, tracker, run_id)
                 state.point += 1
                 state.rows += pending
                 save(checkpoint_path, method, state, sharded)
@@ -413,8 +423,9 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                 continue
             examples, prompts, texts = train_prompts(task, policy, run, state.step)
             began = time.perf_counter()
-            result = method.step(prompts, lambda i, text: checked_reward(task, examples[i], texts[i], text),
-                                 state.step)
+            with out_of_memory(f"step {state.step}", resumed_from(state, points)):
+                result = method.step(prompts, lambda i, text: checked_reward(task, examples[i], texts[i], text),
+                                     state.step)
             seconds = time.perf_counter() - began
             before = state.meter.amount(unit)
             state.meter.used = state.meter.used + result.consumption
@@ -432,7 +443,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
             bar.update(state.meter.amount(unit), **shown)
         if study.matched_decoding:  # after the last checkpoint: a run killed here resumes straight to it
             bar.line("matched decoding: choosing the run's own best temperature on training prompts")
-            with fsdp.gathered(policy.model):
+            with out_of_memory("matched decoding", "its matched decoding", "evaluation"), fsdp.gathered(policy.model):
                 tracker.log_rows(run_id, matched_decoding(policy, task, run.evaluation, run.task.source,
                                                           [evaluator, *extra], [(start, hard), *extra_starts],
                                                           int(round(points[-1])), tracker, run_id))

@@ -12,6 +12,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
       source: null              # a local file (from the working directory) or "hub", for tasks with public datasets
     train:
       prompts_per_step: 16      # prompts drawn from the train split per method step
+      deterministic: null       # true: deterministic GPU kernels, slower (docs/scaling.md); null: torch's defaults
     evaluation:
       prompts: 128              # fixed evaluation prompts, from split
       split: heldout            # heldout (reports) | train (the training split's own prompts: tuning)
@@ -124,6 +125,8 @@ class TaskSpec(Section):
 @dataclass(frozen=True)
 class TrainSpec(Section):
     prompts_per_step: int = 16
+    # identity only when set, so that a study without it keeps the config hash it had before it existed
+    deterministic: bool | None = field(default=None, metadata={IDENTITY_WHEN_SET: True})
 
     def problems(self):
         if self.prompts_per_step < 1:

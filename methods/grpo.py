@@ -37,6 +37,7 @@ rank's masters during the step) and those TRL/verl users expect: loss, clip_frac
 ratio_max, estimator_std (spread of the estimator's draws), grad_norm, frac_zero_std_groups,
 completion_length; and clamped_frac, skipped_steps (above); the rollout diagnostics identical_share and
 tokens_per_forward (``methods.diagnostics``), whose step maps go to the runner in the result's ``decoding``.
+An out-of-memory error names its phase: rollout, scoring, backward or optimizer (``arena.memory``).
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ from typing import Literal
 import torch
 
 from arena.config import IDENTITY_WHEN_SET
+from arena.memory import phase
 from arena.rng import seed_of
 from arena.model.sampler import Generation, SamplerConfig, generate
 from methods import diagnostics, fsdp, likelihood
@@ -255,8 +257,10 @@ class GRPO:
 
     def step(self, prompts: list[list[int]], reward_fn, step: int) -> StepResult:
         start = time.perf_counter()
-        rollout = self._rollout(prompts, reward_fn, step)
-        inner = self._inner_iterations(rollout, step)
+        with phase("rollout"):
+            rollout = self._rollout(prompts, reward_fn, step)
+        with phase("scoring"):  # the inner iterations' forwards; their backward and optimizer phases inside
+            inner = self._inner_iterations(rollout, step)
         return self._result(rollout, inner, step, start)
 
     def _rollout(self, prompts: list[list[int]], reward_fn, step: int) -> Rollout:
@@ -313,8 +317,9 @@ class GRPO:
                     loss = terms.sum() / rollout.normaliser
                 else:
                     loss = (terms.sum(-1) / est.units.sum(-1).clamp_min(1)).sum() / rollout.normaliser
-                loss.backward()
-                self.master.accumulate()
+                with phase("backward"):
+                    loss.backward()
+                    self.master.accumulate()
                 iteration_loss += loss.item()
                 self._count(sums, est, ratio, kl, old_logp, ref)
             if not self.sharded:  # FSDP has reduce-scattered (summed) them already
@@ -328,8 +333,9 @@ class GRPO:
             if not (math.isfinite(checked["loss"]) and math.isfinite(norm)):
                 inner.failure = (it, checked["loss"], norm, checked["bad_rewards"])
                 break
-            self.optimizer.step()
-            self.master.publish()
+            with phase("optimizer"):
+                self.optimizer.step()
+                self.master.publish()
             inner.updates += 1
         if inner.failure is not None:
             self._skip(inner)
