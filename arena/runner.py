@@ -43,8 +43,8 @@ from arena.study import digest
 from arena.shards import gather
 from arena.tracking import draw_artifact, evaluation_artifact, matched_artifact, rollout_artifact
 from methods import fsdp, method_class
-from methods.diagnostics import merged_records
 from methods.base import all_reduce_sums, world
+from methods.diagnostics import merged_records
 from rewards import load_task
 
 SHARDS = "shards"  # a sharded (FSDP) checkpoint's method state: the folder shards-<point> beside checkpoint.pt
