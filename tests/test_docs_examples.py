@@ -146,3 +146,14 @@ def test_every_documented_command_parses(where, arguments):
         build_parser().parse_args(arguments)
     except SystemExit as error:
         pytest.fail(f"{where}: 'arena {shlex.join(arguments)}' does not parse (exit {error.code})")
+
+
+def test_ci_runs_the_readme_s_full_test_command_and_the_default_is_the_fast_loop():
+    """CI (.ci/run) must run what README.md tells a contributor is the full suite; plain pytest leaves out `slow`."""
+    import tomllib
+
+    ci = (ROOT / ".ci" / "run").read_text()
+    command = next(line for line in ci.splitlines() if line.startswith("python -m pytest"))
+    assert command in (ROOT / "README.md").read_text() and '-m ""' in command
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "-m 'not slow'" in options["addopts"]
