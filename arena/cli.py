@@ -15,8 +15,8 @@ from pathlib import Path
 
 from arena import __version__
 from arena.budget import UNITS
-from arena.commands import (UserError, cmd_estimators, cmd_export, cmd_import, cmd_pretrain, cmd_report, cmd_run,
-                            cmd_sample, cmd_tune, cmd_ui, cmd_validate)
+from arena.commands import (UserError, cmd_estimators, cmd_export, cmd_import, cmd_plan, cmd_pretrain, cmd_report,
+                            cmd_run, cmd_sample, cmd_tune, cmd_ui, cmd_validate)
 
 DESCRIPTION = ("arena: compare RL optimizers of block-diffusion language models on the same rewards, prompts "
                "and compute budget.")
@@ -259,6 +259,30 @@ def add_run(commands) -> None:
                         help="print the runs, budget and evaluation schedule without loading a model (default: run)")
 
 
+GPU_KINDS = ("h100-80gb", "h200")  # arena.plan.GPUS, named here so that --help imports nothing
+
+
+def add_plan(commands) -> None:
+    parser = _command(
+        commands, "plan", "memory per GPU and GPU-hours of a study at a profile, before booking a cluster",
+        "For every arm of the study at the profile's scale: memory per GPU by part (weights,\n"
+        "trainable parameters, gradients, optimizer states, fp32 masters, the frozen reference,\n"
+        "activations of the scoring layout at the micro-batch, the rollout's and the evaluation's\n"
+        "KV cache), whether it fits, and the change that makes it fit (a smaller micro-batch,\n"
+        "LoRA, FSDP over k GPUs); then steps, seconds per step by phase and GPU-hours per arm and\n"
+        "for the whole study, from arena's FLOP accounting at a stated MFU and bandwidth\n"
+        "(arena/plan.py; docs/scaling.md, 'Before you book a cluster').",
+        "arena plan studies/es_vs_blockgrpo.yaml --profile fast-dllm-v2-7b --gpus 8 --gpu h100-80gb", cmd_plan)
+    _add_study(parser)
+    parser.add_argument("--model", default=None, metavar="DIR",
+                        help="size the network from this checkpoint's config.json (default: the profile's widths, "
+                             "arena/profiles.py)")
+    parser.add_argument("--gpus", type=positive_int, default=1, metavar="N",
+                        help="GPUs available: FSDP may shard a run over up to N of them (default: %(default)s)")
+    parser.add_argument("--gpu", choices=GPU_KINDS, default="h200", help="the GPU kind (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON (default: a table)")
+
+
 def add_report(commands) -> None:
     parser = _command(
         commands, "report", "figures and tables comparing a study's arms, read back from MLflow",
@@ -382,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="Run 'arena COMMAND --help' for a command's options and an example.")
     parser.add_argument("--version", action="version", version=f"arena {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    for add in (add_run, add_validate, add_report, add_tune, add_ui, add_export, add_import, add_pretrain,
+    for add in (add_run, add_validate, add_plan, add_report, add_tune, add_ui, add_export, add_import, add_pretrain,
                 add_sample, add_estimators):
         add(commands)
     return parser

@@ -131,6 +131,11 @@ def cmd_run(args) -> None:
         _check_launch(args, runs, launched)
     if args.dry_run:
         print(scheduler.describe_runs(study, runs))
+        if study.profile or args.model:
+            from arena.plan import format_plan
+
+            print("\n" + format_plan(_plan(args, study, gpus=1, gpu="h200")))
+            print("(arena plan STUDY --profile P --gpus N --gpu h100-80gb|h200 for other machines)")
         return
     if args.backend == "local" and (args.address or args.cpus_per_run):
         raise UserError("--address and --cpus-per-run go with --backend ray")
@@ -145,6 +150,36 @@ def cmd_run(args) -> None:
     placement = scheduler.Placement.auto(args.jobs, args.devices, len(runs), backend=args.backend,
                                          address=args.address, cpus=args.cpus_per_run or 1)
     _check_outcomes(scheduler.run_study(study, runs, placement, args.tracking_uri, args.workdir, args.force))
+
+
+def _plan(args, study, gpus: int, gpu: str) -> dict:
+    """``arena.plan.plan_study`` for the network of --model's config.json, else of the profile."""
+    import json
+
+    from arena.plan import Shape, plan_study
+    from arena.profiles import SHAPES
+
+    if args.model:
+        config = Path(args.model) / "config.json"
+        if not config.is_file():
+            raise UserError(f"--model {args.model}: no config.json there to size the network from")
+        fields = json.loads(config.read_text())
+    elif study.profile:
+        fields = SHAPES[study.profile]
+    else:
+        raise UserError(f"{args.study}: the plan sizes a profile's network: pass --profile fast-dllm-v2-7b (or "
+                        "fast-dllm-v2-1.5b), or --model DIR")
+    return plan_study(study, Shape.of(fields), gpu, gpus)
+
+
+def cmd_plan(args) -> None:
+    import json
+
+    from arena.plan import format_plan
+
+    study = _study(args)
+    plan = _plan(args, study, args.gpus, args.gpu)
+    print(json.dumps(plan, indent=2) if args.json else format_plan(plan))
 
 
 def _check_launch(args, runs, processes: int) -> None:

@@ -38,6 +38,23 @@ def _profile(model: str) -> dict:
     }
 
 
+# The network each profile's checkpoint holds, as its config.json states it: what ``arena plan`` sizes memory and
+# time from without downloading it, and the widths ``benchmarks/rehearsal.py`` builds. 7B: the checkpoint's
+# config.json (Efficient-Large-Model/Fast_dLLM_v2_7B, HF revision 200e3eff). 1.5B: Qwen2.5-1.5B-Instruct's
+# config.json, the model the 1.5B checkpoint was trained from (its model card); its vocabulary is 151,936 rows and
+# the head is tied to the embedding, where the 7B has 152,064 rows and an untied head. Both tokenizers hold 151,666
+# tokens: the 151,643 BPE tokens, 22 specials (<|endoftext|> 151643, <|im_start|> 151644, <|im_end|> 151645 ...)
+# and the mask token |<MASK>| 151665.
+SHAPES = {
+    "fast-dllm-v2-7b": {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
+                        "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
+                        "tie_word_embeddings": False},
+    "fast-dllm-v2-1.5b": {"hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12,
+                          "num_key_value_heads": 2, "intermediate_size": 8960, "vocab_size": 151936,
+                          "tie_word_embeddings": True},
+}
+
+
 PROFILES = {
     "fast-dllm-v2-7b": _profile("Efficient-Large-Model/Fast_dLLM_v2_7B"),
     "fast-dllm-v2-1.5b": _profile("Efficient-Large-Model/Fast_dLLM_v2_1.5B"),

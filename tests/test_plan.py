@@ -1,0 +1,154 @@
+"""``arena plan``: the planner's arithmetic against hand derivations and against second implementations (the
+model transformers builds, peft's adapters, the estimators' own packed forwards)."""
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from arena import plan
+from arena.cli import main
+from arena.profiles import SHAPES
+from methods.block_grpo import BlockGRPOConfig
+from methods.es import ES
+from methods.grpo import GRPOConfig
+
+# hidden 4, one layer, 2 heads of 2 (1 KV head: k and v are 2 wide), MLP 8, 10 tokens, untied head
+TOY = plan.Shape(hidden=4, layers=1, heads=2, kv_heads=1, intermediate=8, vocab=10, tied=False)
+
+
+def test_parameter_counts_match_the_checkpoints_and_transformers():
+    # 7B, by hand: a layer has q 3584² + 3584, k and v 3584·512 + 512 each, o 3584², MLP 3·3584·18944, two norms
+    # 2·3584: 233,057,792; 28 layers 6,525,618,176; embedding and head 152,064·3584 = 544,997,376 each; final norm
+    # 3584: 7,615,616,512, the count docs/performance.md states of the real checkpoint.
+    assert plan.Shape.of(SHAPES["fast-dllm-v2-7b"]).parameters() == 7_615_616_512
+    # LoRA rank 128: in + out summed over q (7168), k, v (4096 each), o (7168), gate, up, down (22528 each) is
+    # 90,112; x 128 x 28 layers = 322,961,408
+    assert plan.Shape.of(SHAPES["fast-dllm-v2-7b"]).lora(128, plan_targets()) == 322_961_408
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    for tied in (False, True):  # a second implementation: the model transformers builds from the same fields
+        fields = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "intermediate_size": 24, "vocab_size": 50, "tie_word_embeddings": tied}
+        model = Qwen2ForCausalLM(Qwen2Config(**fields))
+        assert plan.Shape.of(fields).parameters() == sum(p.numel() for p in model.parameters())
+
+
+def plan_targets():
+    from methods.base import Trainable
+
+    return Trainable.lora_targets
+
+
+def test_lora_count_matches_peft():
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    fields = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 24, "vocab_size": 50, "tie_word_embeddings": False}
+    model = get_peft_model(Qwen2ForCausalLM(Qwen2Config(**fields)),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=list(plan_targets())))
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert plan.Shape.of(fields).lora(4, plan_targets()) == trainable
+
+
+def test_memory_of_a_hand_derived_grpo_step():
+    """Full fine-tuning in bf16, β > 0, one prompt x a group of 2, micro-batch 1, 8-token prompts and answers,
+    blocks of 8, the ar estimator; an evaluation of 4 rows of 8 tokens.
+
+    Parameters: a layer q 4·4+4, k and v 4·2+2 each, o 16, MLP 3·4·8, norms 8: 160; embedding and head 40 each;
+    final norm 4: 244.
+    weights 244·2 = 488; gradients bf16 + fp32 244·6 = 1464; AdamW 244·8 = 1952; masters 244·4 = 976;
+    reference 488.
+    activations of one sequence: packed = scored window 16 tokens (8 prompt + 8 answer) x (8·4 + 4·8)·2 = 128
+    bytes = 2048; 8 scored positions x (10 logits x 4 bytes x 4 copies + 4·2 hidden) = 1344; the 16² mask x 4
+    bytes = 1024: 4416.
+    rollout of 2 rows: KV 2 rows x 16 tokens x (1 layer x 2 x 2 wide x 2 bytes) = 256, plus the larger of the
+    prefill (3 x 2 rows x 8 x 8 x 2 = 768) and the logits (3 x 2 x 8 x 10 x 4 = 1920): 2176.
+    evaluation of 4 rows: 4 x 16 x 8 = 512 + max(1536, 3840) = 4352.
+    phases: state 5368; train 9784, rollout 7544, evaluation 9720; peak 9784."""
+    config = GRPOConfig(group_size=2, beta=0.04, micro_batch=1, max_new_tokens=8, trainable="full")
+    parts = plan.memory(TOY, "grpo", config, train_prompts=1, evaluation_rows=4, evaluation_tokens=8, block=8,
+                        sub_block=8, weight_bytes=2, prompt=8)
+    assert {k: parts[k] for k in ("weights", "trainable", "gradients", "optimizer", "masters", "reference")} == {
+        "weights": 488, "trainable": 0, "gradients": 1464, "optimizer": 1952, "masters": 976, "reference": 488}
+    assert (parts["activations"], parts["rollout"], parts["evaluation"]) == (4416, 2176, 4352)
+    assert parts["phases"] == {"train": 9784, "rollout": 7544, "evaluation": 9720} and parts["peak"] == 9784
+
+
+def test_flops_of_a_hand_derived_grpo_step():
+    """The same step at μ = 2: scoring forwards θ twice (with its graph), θ_old once, the reference twice: 5 passes
+    of 2 rows x 16 tokens = 160 forward tokens, 2 x 32 = 64 of them backward. Generation at threshold 1: a prefill
+    of 8, then 7 denoising forwards and a commit of the 8-token block, 2 rows x (8 + 8 x 8) = 144 tokens.
+    P (the input embedding excluded) = 204, all trained: 2·204·(160 + 144) + (2·204 + 2·204)·64 = 176,256."""
+    config = GRPOConfig(group_size=2, beta=0.04, micro_batch=1, max_new_tokens=8, trainable="full",
+                        inner_iterations=2)
+    step = plan.step_cost(TOY, plan.GPUS["h200"], "grpo", config, train_prompts=1, block=8, sub_block=8, prompt=8)
+    assert (step["samples"], step["tokens"], step["forward_tokens"], step["flops"]) == (2, 16, 304, 176_256)
+
+
+def test_memory_of_a_hand_derived_es_step_under_lora():
+    """ES, LoRA rank 2 on q_proj only, fp32 (the CPU): adapters 2·(4 + 4) = 16 parameters. trainable 16·4 = 64;
+    masters 64 and the previous update 64; the noise of the largest tensor (16 values) x 3 copies x 4 = 192."""
+    config = ES.Config(trainable="lora", lora_rank=2, lora_targets=("q_proj",), population=2, max_new_tokens=8)
+    parts = plan.memory(TOY, "es", config, train_prompts=1, evaluation_rows=1, evaluation_tokens=8, block=8,
+                        sub_block=8, weight_bytes=4, prompt=8)
+    assert (parts["weights"], parts["trainable"], parts["masters"], parts["optimizer"], parts["gradients"],
+            parts["activations"]) == (244 * 4, 64, 64, 64, 0, 192)
+
+
+@pytest.mark.parametrize("estimator,options", [("ar", {}), ("d1", {}), ("masked", {}), ("elbo", {"draws": 2}),
+                                               ("elbo", {"draws": 3}), ("gauss_legendre", {"nodes": 2})])
+def test_packed_lengths_match_the_estimators_own_forward(tiny_policy, estimator, options):
+    """A second implementation: the estimator's own packed forward counts its tokens (``Estimate.forward_tokens``)."""
+    from methods import likelihood
+
+    prompt, answer = 6, 8  # block 4, sub-block 2 (the tiny policy's)
+    batch = likelihood.ScoringBatch.build([[5] * prompt], [[7] * answer], tiny_policy.pad_id, tiny_policy.block_size)
+    with torch.no_grad():
+        est = likelihood.estimate(estimator, tiny_policy, batch, (0, 0, 0), **options)
+    config = SimpleNamespace(threshold=1.0)
+    size = plan.lengths(config, tiny_policy.block_size, tiny_policy.sub_block, answer, prompt, (estimator, options))
+    assert size.packed == est.forward_tokens
+
+
+def test_the_7b_elbo_layout_by_hand():
+    """160 prompt + 256 answer tokens (416, whole blocks of 32); ELBO, 2 draws of sub-blocks of 8: 2·32/8 = 8
+    noisy views of the 256 tokens after the prompt's last whole block (160): 416 + 8·256 = 2464 packed; scored:
+    each draw masks l ~ U{1..8} of 8, on average 4.5/8, so 2·256·9/16 = 288, plus the 8 blocks' first tokens."""
+    config = BlockGRPOConfig(estimator="elbo", draws=2, threshold=0.9)
+    size = plan.lengths(config, 32, 8, 256, 160, ("elbo", {"draws": 2}))
+    assert (size.packed, size.scored) == (2464, 296)
+    # threshold 0.9: 2.6 tokens a step, so 31 denoised tokens take ceil(31/2.6) = 12 forwards and a commit, x 8
+    # blocks, after one prefill
+    assert size.decode_forwards == 1 + 8 * 13
+
+
+def test_full_fine_tuning_at_7b_does_not_fit_one_h200_and_lora_does(capsys, tmp_path):
+    """Full-parameter AdamW in bf16: 2 (weights) + 2 + 4 (gradients) + 8 (moments) + 4 (masters) = 20 bytes a
+    parameter, 152 GB for 7.6e9, more than 90% of 141 GB before any activation; rank-128 LoRA fits."""
+    study = tmp_path / "full.yaml"
+    study.write_text(
+        "name: full\nmodel: tiny\ntask: {name: noisy_arithmetic, levels: [1]}\nbudget: {unit: samples, amount: 96}\n"
+        "seeds: [0]\nreference: full\narms:\n  full:\n    method: grpo\n    at: {fast-dllm-v2-7b: {trainable: full, "
+        "beta: 0.0, micro_batch: 1}}\n")
+    assert main([ "plan", str(study), "--profile", "fast-dllm-v2-7b", "--gpu", "h200", "--json"]) == 0
+    arm = json.loads(capsys.readouterr().out)["arms"]["full"]
+    state = sum(arm["memory"][k] for k in ("weights", "gradients", "optimizer", "masters"))
+    assert state == 20 * 7_615_616_512 and not arm["fits"]
+    assert arm["changes"][0] == "trainable: lora (rank 128)"
+
+
+def test_the_main_study_plan_names_every_arm_and_its_gpu_hours(capsys):
+    assert main(["plan", "studies/es_vs_blockgrpo.yaml", "--profile", "fast-dllm-v2-7b", "--gpus", "1", "--gpu",
+                 "h200", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result["arms"]) == {"block_grpo", "grpo", "diffu_grpo", "es"}
+    assert all(isinstance(arm["fits"], bool) and arm["gpu_hours"] > 0 for arm in result["arms"].values())
+    assert result["gpu_hours"] > sum(arm["gpu_hours"] for arm in result["arms"].values())  # + the shared start
+
+
+def test_a_plan_without_a_network_is_one_error(capsys):
+    assert main(["plan", "studies/es_vs_blockgrpo.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--profile" in err
