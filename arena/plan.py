@@ -110,29 +110,38 @@ class Lengths:
     """Token counts of one step: the scoring layout of a sequence and the decoding work of a rollout."""
 
     prompt: int
-    completion: int  # rounded up to whole blocks
+    completion: int  # to the end of the block that reaches max_new_tokens
     packed: int  # tokens of one sequence's scoring forward
     scored: int  # positions whose logits one sequence's scoring takes
     decode_forwards: int  # forwards of one generate call (prefill, then every block's steps and commit)
+    prefill: int  # tokens of the first: the prompt's whole blocks
+
+    def generated(self, block: int) -> int:
+        """Tokens one row forwards while it is generated."""
+        return self.prefill + (self.decode_forwards - 1) * block
 
 
 def lengths(config, block: int, sub_block: int, max_new_tokens: int, prompt: int = PROMPT_TOKENS,
-            estimator: tuple[str, dict] = ("ar", {})) -> Lengths:
-    """The scoring layout (``methods.likelihood``) and decoding work at these lengths."""
-    completion = -(-max_new_tokens // block) * block
-    total = -(-(prompt + completion) // block) * block
-    per_step = TOKENS_PER_STEP if getattr(config, "threshold", 1.0) < 1 else 1.0
-    blocks = completion // block
-    forwards = 1 + blocks * (math.ceil((block - 1) / per_step) + 1)
+            estimator: tuple[str, dict] = ("ar", {}), tokens_per_step: float = TOKENS_PER_STEP) -> Lengths:
+    """The scoring layout (``methods.likelihood``) and decoding work at these lengths; ``tokens_per_step`` at a
+    threshold below 1 (random weights decode one a step at any threshold)."""
+    total = -(-(prompt + max_new_tokens) // block) * block  # generation ends with the block that reaches them
+    completion = total - prompt
+    per_step = tokens_per_step if getattr(config, "threshold", 1.0) < 1 else 1.0
+    blocks = total // block - prompt // block  # the first one shares the prompt's tail when it is not whole
+    # the prompt's whole blocks are forwarded once; a block that starts clean has its first token from the previous
+    # commit (autoregressive), every other new token is denoised; each block ends with a commit forward
+    denoised = completion - (blocks - (1 if prompt % block else 0))
+    forwards = 1 + math.ceil(denoised / per_step) + blocks
     name, options = estimator
     if name in ("ar", "d1"):
-        return Lengths(prompt, completion, total, completion, forwards)
+        return Lengths(prompt, completion, total, completion, forwards, prompt // block * block)
     draws = {"elbo": options.get("draws", 1), "gauss_legendre": options.get("nodes", 1)}.get(name, 1)
     views = math.ceil(block / per_step) if name == "trajectory" else draws * block // sub_block
     layout = PackedLayout(total, block, n_noisy=views, noisy_start=prompt // block * block)
     masked = (sub_block + 1) / (2 * sub_block) if name in ("elbo", "gauss_legendre") else 1.0  # E[l]/m, l ~ U{1..m}
     scored = math.ceil(draws * completion * masked) + blocks if name != "trajectory" else completion
-    return Lengths(prompt, completion, layout.total, scored, forwards)
+    return Lengths(prompt, completion, layout.total, scored, forwards, prompt // block * block)
 
 
 def estimator_of(method: str, config) -> tuple[str, dict]:
@@ -162,15 +171,18 @@ def _decoding(shape: Shape, rows: int, prompt: int, completion: int, block: int,
 
 def memory(shape: Shape, method: str, config, train_prompts: int, evaluation_rows: int, evaluation_tokens: int,
            block: int = 32, sub_block: int = 8, weight_bytes: int = 2, fsdp: int = 1,
-           prompt: int = PROMPT_TOKENS) -> dict[str, int]:
+           prompt: int = PROMPT_TOKENS, on_cpu: bool = False) -> dict[str, int]:
     """Bytes per GPU by part (the module's docstring), and the three phases' peaks: ``train``, ``rollout``,
     ``evaluation`` under ``phases``, and the ``peak``. ``fsdp``: GPUs the parameters, gradients and moments are
-    sharded over (full fine-tuning of the GRPO family only, as ``sharding: fsdp``)."""
+    sharded over (full fine-tuning of the GRPO family only, as ``sharding: fsdp``). ``on_cpu``: the run's memory
+    is the host's, which also holds the runner's copy of the starting weights (``start copy``, for weight_drift;
+    with a GPU that copy takes host memory, not the GPU's)."""
     w, P, d = weight_bytes, shape.parameters(), shape.hidden
     trained = _trained(shape, config)
     lora, grpo = config.trainable == "lora", hasattr(config, "group_size")
-    parts = dict.fromkeys(("weights", "trainable", "gradients", "optimizer", "masters", "reference", "activations",
-                           "rollout", "evaluation"), 0)
+    parts = dict.fromkeys(("weights", "trainable", "gradients", "optimizer", "masters", "reference", "start copy",
+                           "activations", "rollout", "evaluation"), 0)
+    parts["start copy"] = P * w if on_cpu else 0
     if fsdp > 1:
         parts["weights"] = P * 4 // fsdp + shape.layer() * w
     else:
@@ -196,10 +208,12 @@ def memory(shape: Shape, method: str, config, train_prompts: int, evaluation_row
         parts["gradients"] = 0
         parts["activations"] = 3 * largest * 4  # the noise, its scaled copy and the perturbed sum (fp32)
         rows = min(config.prompts_per_member or train_prompts, train_prompts) * config.samples_per_member
-        completion = -(-config.max_new_tokens // block) * block
+        completion = -(-(prompt + config.max_new_tokens) // block) * block - prompt
     parts["rollout"] = _decoding(shape, rows, prompt, completion, block, w)
-    parts["evaluation"] = _decoding(shape, evaluation_rows, prompt, -(-evaluation_tokens // block) * block, block, w)
-    state = sum(parts[k] for k in ("weights", "trainable", "gradients", "optimizer", "masters", "reference"))
+    answer = -(-(prompt + evaluation_tokens) // block) * block - prompt
+    parts["evaluation"] = _decoding(shape, evaluation_rows, prompt, answer, block, w)
+    state = sum(parts[k] for k in ("weights", "trainable", "gradients", "optimizer", "masters", "reference",
+                                   "start copy"))
     phases = {"train": state + parts["activations"], "rollout": state + parts["rollout"],
               "evaluation": state + parts["evaluation"]}
     return {**parts, "phases": phases, "peak": max(phases.values())}
@@ -220,11 +234,12 @@ def _decode_seconds(shape: Shape, gpu: dict, rows: int, size: Lengths, block: in
         return max(compute, reads)
 
     steps = (size.decode_forwards - 1) * forward(block, size.prompt + size.completion // 2)
-    return forward(size.prompt, size.prompt) + steps
+    return forward(size.prefill, size.prefill) + steps
 
 
 def step_cost(shape: Shape, gpu: dict, method: str, config, train_prompts: int, block: int = 32, sub_block: int = 8,
-              weight_bytes: int = 2, prompt: int = PROMPT_TOKENS) -> dict[str, float]:
+              weight_bytes: int = 2, prompt: int = PROMPT_TOKENS,
+              tokens_per_step: float = TOKENS_PER_STEP) -> dict[str, float]:
     """One training step: its consumption in the budget units (samples, tokens, forward_tokens, flops) and its
     seconds by phase (rollout, scoring, optimizer; ES: rollout, perturb)."""
     w, trained = weight_bytes, _trained(shape, config)
@@ -232,7 +247,8 @@ def step_cost(shape: Shape, gpu: dict, method: str, config, train_prompts: int, 
     trained_flops = trained - (shape.vocab * shape.hidden if config.trainable == "full" and not shape.tied else 0)
     if hasattr(config, "group_size"):
         rows = train_prompts * config.group_size
-        size = lengths(config, block, sub_block, config.max_new_tokens, prompt, estimator_of(method, config))
+        size = lengths(config, block, sub_block, config.max_new_tokens, prompt, estimator_of(method, config),
+                       tokens_per_step)
         mu = config.inner_iterations
         passes = mu + (mu - 1) + (mu if config.beta > 0 else 0)  # θ with its graph, θ_old, the reference
         score_forward, backward = rows * size.packed * passes, rows * size.packed * mu
@@ -244,12 +260,14 @@ def step_cost(shape: Shape, gpu: dict, method: str, config, train_prompts: int, 
     else:
         members = config.population
         rows = min(config.prompts_per_member or train_prompts, train_prompts) * config.samples_per_member
-        size = lengths(config, block, sub_block, config.max_new_tokens, prompt)
+        size = lengths(config, block, sub_block, config.max_new_tokens, prompt, tokens_per_step=tokens_per_step)
         score_forward = backward = 0
         seconds = {"rollout": members * _decode_seconds(shape, gpu, rows, size, block, w),
                    "perturb": members * trained / NOISE_PER_SECOND}
-    generated = members * rows * (size.prompt + (size.decode_forwards - 1) * block)
-    return {"samples": members * rows, "tokens": members * rows * size.completion,
+    generated = members * rows * size.generated(block)
+    return {"generated_tokens": generated, "scoring_tokens": score_forward, "backward_tokens": backward,
+            "traversed": traversed, "trained": trained_flops,
+            "samples": members * rows, "tokens": members * rows * size.completion,
             "forward_tokens": generated + score_forward,
             "flops": token_flops(generated + score_forward, backward, traversed, trained_flops), **seconds,
             "seconds": sum(seconds.values())}
@@ -297,7 +315,8 @@ def _fix(shape, gpu, gpus: int, run, config, evaluation: tuple[int, int], weight
         rows = evaluation[0]
         while rows > 1 and parts(config, k, rows)["phases"]["evaluation"] > limit:
             rows //= 2
-        changes.append(f"evaluation decodes all {evaluation[0]} prompts x samples in one batch; at most {rows} fit")
+        changes.append(f"evaluation decodes its {evaluation[0]} prompts x samples at once and at most {rows} rows "
+                       "fit: fewer evaluation prompts or samples (arena has no option to decode them in chunks)")
         after = parts(config, k, rows)
     return changes, after, k
 
@@ -374,5 +393,7 @@ def format_plan(plan: dict) -> str:
     lines += ["", f"study: {plan['gpu_hours']:.1f} GPU-hours, about {plan['wall_hours']:.1f} h on {plan['gpus']} GPU"
                   f"{'s' if plan['gpus'] > 1 else ''} (runs spread over them); a planning approximation: prompts of "
                   f"{PROMPT_TOKENS} tokens, {TOKENS_PER_STEP} tokens a decoding step at threshold < 1, attention FLOPs "
-                  "left out (arena/plan.py states each number's source)"]
+                  "left out (arena/plan.py states each number's source)",
+              f"host memory: each run also keeps a copy of the starting weights on the host for eval/weight_drift "
+              f"({shape.parameters() * 2 / GIB:.1f} GiB in bf16), besides the checkpoint loading's"]
     return "\n".join(lines)

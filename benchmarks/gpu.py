@@ -22,7 +22,10 @@ the random checkpoint saved in the real on-disk format and one ``arena run`` of 
 disk (a subprocess with its own copy of the model); the ELBO's cost per sequence for K = 1, 2, 4; the
 trajectory estimator's peak memory at B = 32; ES perturb+restore per member, full and low-rank noise; one
 block_grpo and one ES step end to end with peak memory, LoRA and full fine-tuning (when the estimated
-memory fits and the estimated time fits the budget); ES's overhead share of a member's evaluation.
+memory fits and the estimated time fits the budget); ES's overhead share of a member's evaluation; last,
+``benchmarks/rehearsal.py`` at the 7B width and full depth (28 layers), one ``arena run`` per method of the main
+study, its peak GPU memory against ``arena plan``'s (passes within 15%). With the default budget that row may be
+skipped; on its own: ``python -m benchmarks.rehearsal --widths 7b --depths 28 --max-gib 130 --out DIR``.
 
 Random weights give near-uniform predictions: no proposal reaches a 0.9 confidence, so threshold 0.9
 decodes one token per step as 1.0 does (real weights decode ~2.6 per step on GSM8K, the paper says);
@@ -762,6 +765,26 @@ def arena_run_row(check: Check, group: int, workdir: Path):
         "pass" if passed else "fail", f"file store {uri}: {logged or 'no child run'}; {tail}"
 
 
+def rehearsal_row(check: Check, small: bool, workdir: Path):
+    """``benchmarks/rehearsal.py`` at the 7B width and full depth (28 layers; ``--small``: tiny widths, one layer, one
+    method), every method of the main study an ``arena run`` on the GPU, against ``arena plan``'s peak memory."""
+    if importlib.util.find_spec("mlflow") is None:
+        return "not run", "", "skipped", "mlflow not installed (the docstring says how to carry its wheels)"
+    from benchmarks import rehearsal
+
+    methods = ["block_grpo"] if small else list(rehearsal.METHODS)
+    rows = rehearsal.rehearse(["7b"], [1 if small else 28], methods, workdir / "rehearsal", tiny=small, max_gib=1e6,
+                              timeout=max(60.0, check.left()))
+    failed = [f"{r['method']}: {r.get('error') or r.get('skipped')}" for r in rows if "measured" not in r]
+    errors = {r["method"]: rehearsal.error(r) for r in rows if "measured" in r}
+    peaks = ", ".join(f"{m} {max(r['measured']['peak'].values()) / 2**30:.1f} GiB ({errors[m]:+.0%})"
+                      for m, r in ((r["method"], r) for r in rows if "measured" in r))
+    status = "fail" if failed or not errors else ("measured" if small else
+                                                 "pass" if max(map(abs, errors.values())) <= 0.15 else "fail")
+    return peaks or "no run", "plan's peak within 15%", status, "; ".join(failed) or rehearsal.markdown(rows).replace(
+        "\n", " / ")[-600:]
+
+
 def import_chain_row(check: Check):
     loaded = [name for name in ("mlflow", "optuna") if name in sys.modules]
     return ("imported: " + ", ".join(loaded)) if loaded else "neither imported", "no mlflow / optuna in-process", \
@@ -819,6 +842,7 @@ def run_check(device: str, small: bool, budget: float, workdir: Path) -> Check:
     rows += [(f"{m} step, {t}", method_row, m, t) for m in ("block_grpo", "es") for t in ("lora", "full")]
     rows += [("es overhead share", es_share_row)]
     measure(rows)
+    check.row("runner", "rehearsal at full depth vs arena plan", rehearsal_row, small, workdir)
     check.row("correctness", "import chain", import_chain_row)
     return check
 

@@ -152,3 +152,22 @@ def test_a_plan_without_a_network_is_one_error(capsys):
     assert main(["plan", "studies/es_vs_blockgrpo.yaml"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--profile" in err
+
+
+def test_an_answer_runs_to_the_end_of_the_block_that_reaches_max_new_tokens():
+    """A 117-token prompt and 32 new tokens: generation ends with the block holding token 149, at 160, so the answer
+    has 43 tokens over 2 blocks. Forwards: the prompt's 3 whole blocks (96 tokens) once; block 4 holds the prompt's
+    last 21 tokens and 11 new ones, all denoised (11 steps) and a commit; block 5 takes its first token from that
+    commit, denoises 31 and commits: 1 + 12 + 32 = 45 forwards, 96 + 44 x 32 = 1504 tokens a row. (The runner
+    logged exactly this count for the 182-token prompts of the rehearsal: 160 + 43 x 32 = 1536.)"""
+    size = plan.lengths(SimpleNamespace(threshold=1.0), 32, 8, 32, 117)
+    assert (size.completion, size.packed, size.decode_forwards, size.generated(32)) == (43, 160, 45, 1504)
+    assert plan.lengths(SimpleNamespace(threshold=1.0), 32, 8, 32, 182).generated(32) == 1536
+
+
+def test_on_the_cpu_the_runners_copy_of_the_starting_weights_counts():
+    config = GRPOConfig(group_size=2, micro_batch=1, max_new_tokens=8, trainable="full")
+    on_gpu, on_cpu = (plan.memory(TOY, "grpo", config, 1, 1, 8, block=8, sub_block=8, weight_bytes=4, prompt=8,
+                                  on_cpu=cpu) for cpu in (False, True))
+    assert on_cpu["start copy"] == 244 * 4 and on_gpu["start copy"] == 0
+    assert on_cpu["peak"] - on_gpu["peak"] == 244 * 4
