@@ -131,7 +131,7 @@ def cmd_run(args) -> None:
         _check_launch(args, runs, launched)
     if args.dry_run:
         print(scheduler.describe_runs(study, runs))
-        if study.profile or args.model:
+        if study.profile:
             from arena.plan import format_plan
 
             print("\n" + format_plan(_plan(args, study, gpus=1, gpu="h200")))
@@ -159,8 +159,8 @@ def _plan(args, study, gpus: int, gpu: str) -> dict:
     from arena.plan import Shape, plan_study
     from arena.profiles import SHAPES
 
-    if args.model:
-        config = Path(args.model) / "config.json"
+    config = Path(args.model) / "config.json" if args.model else None
+    if config and (args.command == "plan" or config.is_file()):  # a dry run's --model may be a hub id
         if not config.is_file():
             raise UserError(f"--model {args.model}: no config.json there to size the network from")
         fields = json.loads(config.read_text())

@@ -15,7 +15,8 @@ the CPU), from the network's widths (``Shape``) and the arm's method config, for
 - rollout: the block KV cache of a whole rollout batch (``generate`` decodes every row at once) and the largest
   transient of a forward (the prompt's prefill, or a block's 32 fp32 logits per row);
 - evaluation: the same for the evaluation batch (every prompt x sample in one ``generate``).
-The three phases peak apart: training state + activations, + rollout, + evaluation; the largest decides.
+The phases peak apart: training state + activations, + rollout, + evaluation, + the fp32 copies the runner's
+weight_drift makes of the largest tensor; the largest decides.
 
 Time, from the FLOP accounting of ``arena.budget`` (``token_flops``: 2·P per forward token, 2·P + 2·P_t per
 backward one): a step's forward and backward tokens at the profile's lengths, divided by a stated MFU of the
@@ -172,8 +173,8 @@ def _decoding(shape: Shape, rows: int, prompt: int, completion: int, block: int,
 def memory(shape: Shape, method: str, config, train_prompts: int, evaluation_rows: int, evaluation_tokens: int,
            block: int = 32, sub_block: int = 8, weight_bytes: int = 2, fsdp: int = 1,
            prompt: int = PROMPT_TOKENS, on_cpu: bool = False) -> dict[str, int]:
-    """Bytes per GPU by part (the module's docstring), and the three phases' peaks: ``train``, ``rollout``,
-    ``evaluation`` under ``phases``, and the ``peak``. ``fsdp``: GPUs the parameters, gradients and moments are
+    """Bytes per GPU by part (the module's docstring), and the phases' peaks: ``train``, ``rollout``,
+    ``evaluation`` and the runner's ``weight drift`` under ``phases``, and the ``peak``. ``fsdp``: GPUs the parameters, gradients and moments are
     sharded over (full fine-tuning of the GRPO family only, as ``sharding: fsdp``). ``on_cpu``: the run's memory
     is the host's, which also holds the runner's copy of the starting weights (``start copy``, for weight_drift;
     with a GPU that copy takes host memory, not the GPU's)."""
@@ -214,8 +215,12 @@ def memory(shape: Shape, method: str, config, train_prompts: int, evaluation_row
     parts["evaluation"] = _decoding(shape, evaluation_rows, prompt, answer, block, w)
     state = sum(parts[k] for k in ("weights", "trainable", "gradients", "optimizer", "masters", "reference",
                                    "start copy"))
+    # eval/weight_drift (arena.runner) takes each parameter in fp32, and on the host its difference from the start
+    # copy and that difference squared: the largest tensor (the vocabulary's) three times over at most
+    largest = max(shape.vocab, shape.intermediate) * d * 4
+    drift = 2 * largest if on_cpu else (largest if w < 4 else 0)
     phases = {"train": state + parts["activations"], "rollout": state + parts["rollout"],
-              "evaluation": state + parts["evaluation"]}
+              "evaluation": state + parts["evaluation"], "weight drift": state + drift}
     return {**parts, "phases": phases, "peak": max(phases.values())}
 
 

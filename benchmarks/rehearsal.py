@@ -4,6 +4,7 @@ phase, against ``arena plan``'s memory model.
 
     python -m benchmarks.rehearsal --widths 1.5b,7b --depths 1,2,4 --out DIR     # real widths (a benchmark)
     python -m benchmarks.rehearsal --tiny --out DIR                              # tiny widths (its test)
+    python -m benchmarks.rehearsal --table DIR [DIR ...]     # one table of earlier runs, the current plan's error
 
 For each width and depth it writes a checkpoint in Fast-dLLM v2's on-disk format (``save_checkpoint``: sharded
 bf16 safetensors, index, the Fast-dLLM config.json with bd_size 32 and small_block_size 8) with the profile's
@@ -119,8 +120,9 @@ def build_checkpoint(directory: Path, fields: dict, layers: int, tokenizer, seed
     from arena.model.tiny import init_weights
 
     config = Qwen2Config(**fields, num_hidden_layers=layers, max_position_embeddings=32768, rope_theta=1e6,
-                         rms_norm_eps=1e-6, bos_token_id=151643, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.eos_token_id, torch_dtype="bfloat16")
+                         rms_norm_eps=1e-6, bos_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id,
+                         torch_dtype="bfloat16")
     with torch.device("meta"):
         model = Qwen2ForCausalLM(config)
     model = model.to(torch.bfloat16).to_empty(device="cuda" if torch.cuda.is_available() else "cpu")
@@ -289,7 +291,8 @@ def rehearse(widths, depths, methods, out: Path, tiny: bool, max_gib: float, tim
                 study.write_text(study_text(method, profile, data))
                 plan = predicted(study, profile, fields, layers, prompt, 2 if cuda else 4)
                 row = {"width": width, "layers": layers, "method": method, "parameters": plan["parameters"],
-                       "prompt": prompt, "plan": plan["memory"], "cost": plan["cost"]}
+                       "prompt": prompt, "fields": fields, "study": str(study), "weight_bytes": 2 if cuda else 4,
+                       "plan": plan["memory"], "cost": plan["cost"]}
                 rows.append(row)
                 available = torch.cuda.mem_get_info()[0] if cuda else _meminfo("MemAvailable")
                 if plan["memory"]["peak"] > max_gib * 2**30 or plan["memory"]["peak"] + 2**31 > available:
@@ -368,25 +371,48 @@ def flop_rates(row: dict) -> tuple[float, float]:
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| width | layers | method | parameters | peak GiB | plan GiB | plan error | "
-             + " | ".join(f"{p} s" for p in PHASES) + " | run s | peak phase | rollout GFLOP/s | scoring GFLOP/s |",
-             "|" + "---|" * (12 + len(PHASES))]
+             + " | ".join(f"{p} s" for p in PHASES) + " | run s | peak phase (plan's) | rollout GFLOP/s | "
+             "scoring GFLOP/s |", "|" + "---|" * (11 + len(PHASES))]
     for row in rows:
         cells = [row["width"], row["layers"], row["method"], f"{row['parameters']:,}"]
         if "measured" not in row:
-            lines.append("| " + " | ".join(map(str, cells)) + f" | {row.get('skipped') or row.get('error')} |")
+            lines.append("| " + " | ".join(map(str, cells)) + f" | {row.get('skipped') or row.get('error') or 'no result'} |")
             continue
         m = row["measured"]
         phase = max(m["peak"], key=m["peak"].get)
         cells += [f"{(m['peak'][phase] - m['baseline']) / 2**30:.2f}", f"{row['plan']['peak'] / 2**30:.2f}",
                   f"{error(row):+.0%}", *(f"{m['seconds'].get(p, 0.0):.1f}" for p in PHASES),
-                  f"{m['total_seconds']:.0f}", phase, *(f"{rate:.1f}" for rate in flop_rates(row))]
+                  f"{m['total_seconds']:.0f}", f"{phase} ({max(row['plan']['phases'], key=row['plan']['phases'].get)})",
+                  *("-" if math.isnan(rate) else f"{rate:.1f}" for rate in flop_rates(row))]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n"
+
+
+def retable(folders: list[Path]) -> list[dict]:
+    """The rows of earlier rehearsals (their rehearsal.json), the plan recomputed by the current ``arena.plan``."""
+    from arena.profiles import SHAPES
+
+    rows = []
+    for folder in folders:
+        for row in json.loads((folder / "rehearsal.json").read_text()):
+            fields = row.get("fields") or {k: v for k, v in SHAPES[PROFILES[row["width"]]].items()
+                                           if k != "num_hidden_layers"}
+            study = Path(row.get("study") or folder / f"{row['width']}-{row['layers']}-{row['method']}.yaml")
+            plan = predicted(study, PROFILES[row["width"]], fields, row["layers"], row["prompt"],
+                             row.get("weight_bytes", 4))
+            rows.append({**row, "plan": plan["memory"], "cost": plan["cost"]})
+    return rows
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(*sys.argv[2:7])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--table":  # --table DIR...: one table of earlier rehearsals
+        rows = retable([Path(folder) for folder in sys.argv[2:]])
+        print(markdown(rows))
+        errors = [abs(e) for e in map(error, rows) if e is not None]
+        print(f"plan vs measured peak: largest error {max(errors):.0%} over {len(errors)} runs" if errors else "")
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", default="1.5b,7b", help="1.5b, 7b or both (default: %(default)s)")

@@ -73,7 +73,9 @@ def test_memory_of_a_hand_derived_grpo_step():
     assert {k: parts[k] for k in ("weights", "trainable", "gradients", "optimizer", "masters", "reference")} == {
         "weights": 488, "trainable": 0, "gradients": 1464, "optimizer": 1952, "masters": 976, "reference": 488}
     assert (parts["activations"], parts["rollout"], parts["evaluation"]) == (4416, 2176, 4352)
-    assert parts["phases"] == {"train": 9784, "rollout": 7544, "evaluation": 9720} and parts["peak"] == 9784
+    # weight drift: the largest tensor (10 x 4 embedding or 8 x 4 MLP) in fp32 on the GPU: 160
+    assert parts["phases"] == {"train": 9784, "rollout": 7544, "evaluation": 9720, "weight drift": 5528}
+    assert parts["peak"] == 9784
 
 
 def test_flops_of_a_hand_derived_grpo_step():
@@ -171,3 +173,5 @@ def test_on_the_cpu_the_runners_copy_of_the_starting_weights_counts():
                                   on_cpu=cpu) for cpu in (False, True))
     assert on_cpu["start copy"] == 244 * 4 and on_gpu["start copy"] == 0
     assert on_cpu["peak"] - on_gpu["peak"] == 244 * 4
+    # weight_drift on the host: the difference and its square of the largest tensor (40 values), fp32
+    assert on_cpu["phases"]["weight drift"] - on_cpu["phases"]["rollout"] + on_cpu["rollout"] == 2 * 40 * 4
