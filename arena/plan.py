@@ -174,10 +174,10 @@ def memory(shape: Shape, method: str, config, train_prompts: int, evaluation_row
            block: int = 32, sub_block: int = 8, weight_bytes: int = 2, fsdp: int = 1,
            prompt: int = PROMPT_TOKENS, on_cpu: bool = False) -> dict[str, int]:
     """Bytes per GPU by part (the module's docstring), and the phases' peaks: ``train``, ``rollout``,
-    ``evaluation`` and the runner's ``weight drift`` under ``phases``, and the ``peak``. ``fsdp``: GPUs the parameters, gradients and moments are
-    sharded over (full fine-tuning of the GRPO family only, as ``sharding: fsdp``). ``on_cpu``: the run's memory
-    is the host's, which also holds the runner's copy of the starting weights (``start copy``, for weight_drift;
-    with a GPU that copy takes host memory, not the GPU's)."""
+    ``evaluation`` and the runner's ``weight drift`` under ``phases``, and the ``peak``. ``fsdp``: GPUs the
+    parameters, gradients and moments are sharded over (full fine-tuning of the GRPO family only, as ``sharding:
+    fsdp``). ``on_cpu``: the run's memory is the host's, which also holds the runner's copy of the starting weights
+    (``start copy``, for weight_drift; with a GPU that copy takes host memory, not the GPU's)."""
     w, P, d = weight_bytes, shape.parameters(), shape.hidden
     trained = _trained(shape, config)
     lora, grpo = config.trainable == "lora", hasattr(config, "group_size")

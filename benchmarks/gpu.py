@@ -777,8 +777,8 @@ def rehearsal_row(check: Check, small: bool, workdir: Path):
                               timeout=max(60.0, check.left()))
     failed = [f"{r['method']}: {r.get('error') or r.get('skipped')}" for r in rows if "measured" not in r]
     errors = {r["method"]: rehearsal.error(r) for r in rows if "measured" in r}
-    peaks = ", ".join(f"{m} {max(r['measured']['peak'].values()) / 2**30:.1f} GiB ({errors[m]:+.0%})"
-                      for m, r in ((r["method"], r) for r in rows if "measured" in r))
+    peaks = ", ".join(f"{r['method']} {(max(r['measured']['peak'].values()) - r['measured']['baseline']) / 2**30:.1f} "
+                      f"GiB ({errors[r['method']]:+.0%})" for r in rows if "measured" in r)
     status = "fail" if failed or not errors else ("measured" if small else
                                                  "pass" if max(map(abs, errors.values())) <= 0.15 else "fail")
     return peaks or "no run", "plan's peak within 15%", status, "; ".join(failed) or rehearsal.markdown(rows).replace(

@@ -182,7 +182,8 @@ class Phases:
     def _fold(self, name: str) -> None:
         import torch
 
-        self.peak[name] = max(self.peak.get(name, 0), torch.cuda.max_memory_allocated() if self.cuda else _status("VmHWM"))
+        peak = torch.cuda.max_memory_allocated() if self.cuda else _status("VmHWM")
+        self.peak[name] = max(self.peak.get(name, 0), peak)
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
         else:
@@ -376,7 +377,8 @@ def markdown(rows: list[dict]) -> str:
     for row in rows:
         cells = [row["width"], row["layers"], row["method"], f"{row['parameters']:,}"]
         if "measured" not in row:
-            lines.append("| " + " | ".join(map(str, cells)) + f" | {row.get('skipped') or row.get('error') or 'no result'} |")
+            why = row.get("skipped") or row.get("error") or "no result"
+            lines.append("| " + " | ".join(map(str, cells)) + f" | {why} |")
             continue
         m = row["measured"]
         phase = max(m["peak"], key=m["peak"].get)
