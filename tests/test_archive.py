@@ -50,6 +50,7 @@ def artifact_bytes(uri: str, run_id: str, folder) -> dict[str, bytes]:
     return {p.relative_to(local).as_posix(): p.read_bytes() for p in sorted(local.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_an_imported_study_reads_back_as_the_original_and_runs_nothing(origin, tmp_path, capsys):
     path, uri = origin
     archive = tmp_path / "archive"
@@ -155,6 +156,7 @@ def test_what_is_not_an_archive_is_a_one_line_error_naming_it(origin, tmp_path, 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_every_committed_archive_is_a_finished_run_of_a_study_as_it_is_now():
     """archive/ holds the project's long studies (docs/results.md): each file must be what `arena import` then
     `arena report` read for a study in studies/ at its current configuration, so that an edit of a study (or of a

@@ -63,6 +63,7 @@ class SplitMinded(Greedy):
     train_prompts = None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,best", [(Greedy(), 0.0), (NotGreedy(), max(SHARPEN_GRID))])
 def test_sharpen_finds_the_temperature_the_reward_is_built_for(task, best):
     evaluator = Evaluator(task, dataclasses.replace(SPEC, split="train"))
@@ -71,6 +72,7 @@ def test_sharpen_finds_the_temperature_the_reward_is_built_for(task, best):
     assert set(tails) == set(SHARPEN_GRID)
 
 
+@pytest.mark.slow
 def test_controls_choose_on_training_prompts_and_log_what_the_report_reads(tmp_path):
     SplitMinded.train_prompts = frozenset(Evaluator(SplitMinded(), dataclasses.replace(SPEC, split="train")).texts)
     path = tmp_path / "controls.yaml"
@@ -98,6 +100,7 @@ def test_controls_choose_on_training_prompts_and_log_what_the_report_reads(tmp_p
     assert run.other_draws[0]["start"].shape == (16, 4)
 
 
+@pytest.mark.slow
 def test_matched_decoding_applies_the_sharpen_rule_to_each_arm_and_is_zero_for_a_frozen_one(tmp_path, capsys):
     """A study with the sharpen control ends every trained run at its own best temperature. An arm that trains
     nothing (GRPO at lr 0) must pick sharpen's τ from the same training tails and decode sharpen's samples, so its

@@ -1,3 +1,4 @@
+import pytest
 """The documented launch recipe, run as written: ``accelerate launch`` with the shipped config, two
 CPU processes, ``sharding: fsdp``, against one plain process of the same script."""
 import dataclasses
@@ -29,6 +30,7 @@ def test_shipped_accelerate_config_is_one_process_per_gpu_without_mixed_precisio
     assert config.distributed_type == "MULTI_GPU" and config.mixed_precision == "no" and config.num_machines == 1
 
 
+@pytest.mark.slow
 def test_accelerate_launch_with_fsdp_matches_one_process(tmp_path):
     # 150 pretraining steps (4 s): some 1-digit sums right, so groups have reward variance and gradients
     pretrain(dataclasses.replace(SMALL, steps=150, batch=32), tmp_path / "model", progress=False)

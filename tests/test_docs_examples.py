@@ -20,6 +20,7 @@ def test_the_plugin_study_validates(capsys):
     assert "valid; 2 arms x 1 seeds = 2 runs" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_plugin_study_runs_end_to_end(tmp_path, monkeypatch, capsys):
     from mlflow.tracking import MlflowClient
 
@@ -46,6 +47,7 @@ def test_the_plugin_study_runs_end_to_end(tmp_path, monkeypatch, capsys):
         assert client.get_metric_history(run.info.run_id, key), key
 
 
+@pytest.mark.slow
 def test_the_plugin_method_honours_the_method_contract(monkeypatch):
     """tests/methods/test_contract.py, as it would run the method if it were registered."""
     from examples.plugins.sign_sgd import SignSGD
@@ -61,6 +63,7 @@ def test_the_plugin_method_honours_the_method_contract(monkeypatch):
     contract.test_unknown_options_are_named("sign_sgd")
 
 
+@pytest.mark.slow
 def test_the_readmes_python_example_runs_and_prompts_through_the_tokenizer(monkeypatch, capsys):
     """README.md's method-from-Python snippet takes a step, and builds its prompts with the policy's tokenizer, so
     that a Fast-dLLM v2 model gets its chat template (the tiny model has none: the prompt text shows nothing)."""

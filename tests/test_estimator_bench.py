@@ -55,6 +55,7 @@ def test_samples_with_the_policys_sub_block(tiny_policy, monkeypatch):
     assert all(b.sub_block == 2 and b.steps is not None for b in seen["batches"])
 
 
+@pytest.mark.slow
 def test_records_cover_every_estimator_with_their_fields(report):
     assert {r["estimator"] for r in report.records} == set(ESTIMATORS)
     for r in report.records:

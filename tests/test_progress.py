@@ -1,3 +1,4 @@
+import pytest
 """Progress outside a terminal reads as plain lines (a log file, CI, SLURM); in a terminal the bars stay."""
 import io
 import re
@@ -25,6 +26,7 @@ STUDY = {
 ESCAPES = ("\r", "\x1b")  # a redrawn bar's carriage return; cursor movement and colours
 
 
+@pytest.mark.slow
 def test_arena_run_through_a_pipe_prints_a_start_a_line_per_evaluation_and_an_end_per_run(tmp_path):
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(STUDY))
     done = subprocess.run([sys.executable, "-m", "arena", "run", "study.yaml", "--jobs", "1"], cwd=tmp_path,

@@ -62,6 +62,7 @@ def in_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_study_lands_in_mlflow_with_aligned_curves_and_a_rerun_skips(in_tmp, capsys):
     path = write(in_tmp, STUDY)
     assert main(["run", str(path), "--jobs", "1"]) == 0
@@ -145,6 +146,7 @@ def test_a_study_lands_in_mlflow_with_aligned_curves_and_a_rerun_skips(in_tmp, c
     assert len(runs_changed) == 5  # a changed study starts a new run; it never resumes the old one
 
 
+@pytest.mark.slow
 def test_a_frozen_policy_shows_exactly_zero_gain(in_tmp):
     """Common random numbers: the same prompts and decoding seeds at every point, so a policy that does
     not move (learning rate 0) has tail, hard-subset and mean gain exactly 0 at every point."""
@@ -157,6 +159,7 @@ def test_a_frozen_policy_shows_exactly_zero_gain(in_tmp):
         assert [m.value for m in client.get_metric_history(run.info.run_id, key)] == [0.0, 0.0, 0.0], key
 
 
+@pytest.mark.slow
 def test_a_reward_that_raises_stops_its_run_with_a_named_error_and_the_rerun_resumes(in_tmp, capsys, monkeypatch):
     study = {**STUDY, "seeds": [0], "task": {"name": "study_plugins:FlakyArithmetic", "levels": [1, 2]},
              "arms": {"block_grpo": STUDY["arms"]["block_grpo"]}}
@@ -176,6 +179,7 @@ def test_a_reward_that_raises_stops_its_run_with_a_named_error_and_the_rerun_res
     assert steps(client, run.info.run_id, "eval/tail_gain") == MARKS
 
 
+@pytest.mark.slow
 def test_a_method_that_goes_non_finite_fails_its_run_naming_the_step_and_the_statistic(in_tmp, capsys):
     options = {"lr": 1e-4, "group_size": 4, "max_new_tokens": 8, "max_skipped_steps": 2}
     study = {**STUDY, "seeds": [0], "arms": {"nan": {"method": "study_plugins:NaNGradientGRPO", "options": options}}}
@@ -188,6 +192,7 @@ def test_a_method_that_goes_non_finite_fails_its_run_naming_the_step_and_the_sta
     assert run.info.status == "FAILED"
 
 
+@pytest.mark.slow
 def test_a_corrupt_checkpoint_fails_its_run_naming_the_file_and_the_others_finish(in_tmp, capsys):
     """An interrupted run whose checkpoint is garbage: its rerun fails with one line naming the run, the file and
     the way out, the run ends FAILED, the other run finishes, the summary prints and the parent ends FAILED."""
@@ -214,6 +219,7 @@ def test_a_corrupt_checkpoint_fails_its_run_naming_the_file_and_the_others_finis
     assert max(parents, key=lambda r: r.info.start_time).info.status == "FAILED"
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_rerun_gives_the_uninterrupted_curve(tmp_path):
     """SIGKILL in a subprocess after the first training evaluation; the rerun continues from that
     checkpoint; every metric has each step exactly once, with the values of an uninterrupted run."""
@@ -266,6 +272,7 @@ def pool_workers(parent: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 def test_a_killed_invocation_takes_its_pool_workers_with_it(tmp_path):
     """SIGKILL ``arena run --jobs 2`` while both workers train: within seconds they are gone too, instead of
@@ -292,6 +299,7 @@ def test_a_killed_invocation_takes_its_pool_workers_with_it(tmp_path):
     assert not left, "pool workers outlived their invocation"
 
 
+@pytest.mark.slow
 def test_parallel_jobs_share_one_sqlite_store(in_tmp):
     assert main(["run", str(write(in_tmp, STUDY)), "--jobs", "2"]) == 0
     runs, _ = children(client_for(in_tmp), "e2e")
@@ -328,6 +336,7 @@ def test_the_plan_keeps_its_columns_under_a_long_arm_name(in_tmp, capsys):
     assert hash_starts == {table[0].index("config")}, table  # every row's config hash under its header
 
 
+@pytest.mark.slow
 def test_the_printed_summary_and_summary_md_show_the_same_numbers(in_tmp, capsys):
     """One definition: `arena run`'s closing table and `arena report`'s summary.md print the same cells, for the
     arms and for the controls, on a study with two evaluation draws and a margin."""
@@ -364,6 +373,7 @@ def test_the_plan_counts_every_es_decode_per_step(in_tmp, capsys):
     assert rows and all(row[4:6] == ["24", "2"] for row in rows), rows  # 4 x 3 x 2 samples, 2 steps to 48
 
 
+@pytest.mark.slow
 def test_every_draws_start_is_the_start_model_whichever_run_ends_first(in_tmp):
     """Draw d's start is the *start* policy decoded on draw d, for every run and control, whichever run reaches its
     end first: the oracle is a fresh start model decoded on draw 1 here. (A start cached at the end of the first
@@ -395,6 +405,7 @@ def test_every_draws_start_is_the_start_model_whichever_run_ends_first(in_tmp):
     assert not np.array_equal(saved["end"], saved["start"])  # it trained: a start taken at its end would differ
 
 
+@pytest.mark.slow
 def test_final_draws_have_their_own_size_and_the_verdicts_pool_only_the_draws_the_study_names(in_tmp, capsys):
     """Draws 1-2 decoded at 6 prompts x 3 samples beside a 12 x 2 draw 0, and analysis.draws [1, 2]: the table's tail
     gain is the mean over seeds and those two draws of lower CVaR (end) - lower CVaR (start), recomputed here from

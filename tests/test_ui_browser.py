@@ -75,6 +75,7 @@ def wait_until_served(url: str, server: subprocess.Popen, seconds: float = 120) 
     raise AssertionError(f"arena ui did not answer at {url} within {seconds:.0f} s")
 
 
+@pytest.mark.slow
 def test_arena_ui_opens_on_the_arms_tail_reward_curves(tmp_path, monkeypatch):
     executable = browser()
     from playwright.sync_api import sync_playwright

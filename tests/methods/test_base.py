@@ -1,3 +1,4 @@
+import pytest
 """methods.base.all_reduce_sums: named scalars across gloo ranks, sums and maxima in one collective,
 and ranks that disagree on the names fail loudly instead of mixing values up."""
 import json
@@ -22,6 +23,7 @@ def _rank(rank: int, world: int, directory: str) -> None:
         pathlib.Path(directory, f"rank-{rank}.json").write_text(json.dumps(result))
 
 
+@pytest.mark.slow
 def test_named_sums_and_maxima_across_two_ranks(tmp_path):
     mp.spawn(_rank, args=(2, str(tmp_path)), nprocs=2)
     for rank in (0, 1):

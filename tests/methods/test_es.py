@@ -265,6 +265,7 @@ def _replica(rank: int, world: int, directory: str) -> None:
                 pathlib.Path(directory, f"drift-{rank}.txt").write_text(str(error))
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_reach_the_same_parameters_as_one(tmp_path):
     for world in (1, 2):
         mp.spawn(_replica, args=(world, str(tmp_path)), nprocs=world)

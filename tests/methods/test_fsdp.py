@@ -101,6 +101,7 @@ def _compare(a: dict, b: dict) -> torch.Tensor:
     return torch.cat([(a[n].float() - b[n].float()).abs().flatten() for n in a])
 
 
+@pytest.mark.slow
 def test_two_sharded_ranks_match_one_process_and_resume_on_one(tmp_path):
     """fp32: forwards agree to float rounding; Adam turns rounding noise in exactly-zero gradients
     into +-lr steps (see test_grpo), so 99.9% of coordinates within 1e-7, all within 5% of the lr steps."""
@@ -124,6 +125,7 @@ def test_two_sharded_ranks_match_one_process_and_resume_on_one(tmp_path):
         assert (differences > 1e-7).float().mean() < 1e-3
 
 
+@pytest.mark.slow
 def test_sharded_bf16_compute_disagrees_no_more_than_bf16_with_itself(tmp_path):
     """bf16 weights: both modes train fp32 masters; FSDP all-gathers them in bf16 for compute.
 

@@ -31,6 +31,7 @@ def fresh_reward(policy, seed: int, n: int = 64) -> float:
     return sum(digit_share(0, t) for t in out.texts) / len(out.texts)
 
 
+@pytest.mark.slow
 def test_each_method_raises_a_toy_reward():
     for name, options in ARMS.items():
         policy = sharpen(build_policy(SMALL), std=0.1)
@@ -157,6 +158,7 @@ def _replica(rank: int, world: int, directory: str) -> None:
                         "consumption": result.consumption, "stats": result.stats}, f"{directory}/grpo-{world}.pt")
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_match_one(tmp_path):
     """Same data, 1 vs 2 ranks, 2 steps x 2 inner iterations of AdamW at lr 1e-4.
 
@@ -208,6 +210,7 @@ def unchanged(policy, before) -> bool:
     return all(torch.equal(p, before[n]) for n, p in policy.model.named_parameters())
 
 
+@pytest.mark.slow
 def test_a_zero_reward_moves_nothing_exactly():
     policy = unstable_policy()
     method = make_method("block_grpo", policy, UNSTABLE, seed=0)

@@ -25,6 +25,7 @@ def test_cached_equals_uncached(tiny_policy):
         assert cached.forward_tokens < uncached.forward_tokens
 
 
+@pytest.mark.slow
 def test_batch_equals_rows_alone(tiny_policy):
     # temperature > 0 with batch > 1 crashed Fast-dLLM v2 (issue #64); random order reads each row's second uniforms
     for temperature, order in ((0.0, "confidence"), (0.8, "confidence"), (1.0, "random")):
