@@ -43,7 +43,7 @@ from arena.study import digest
 from arena.shards import gather
 from arena.tracking import draw_artifact, evaluation_artifact, matched_artifact, rollout_artifact
 from methods import fsdp, method_class
-from methods.base import all_reduce_sums, world
+from methods.collectives import all_reduce_sums, world
 from methods.diagnostics import merged_records
 from rewards import load_task
 

@@ -308,7 +308,7 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
     """Every run of ``runs`` under one parent MLflow run, then the summary per arm; returns the outcomes."""
     from arena.runner import require_weights
     from arena.tracking import NullTracker
-    from methods.base import world
+    from methods.collectives import world
 
     if world()[0] > 0:  # another rank of one run across processes: its share of the work; rank 0 logs and prints
         require_weights(study.model)

@@ -39,7 +39,7 @@ def shard(model: torch.nn.Module) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from methods.base import world
+    from methods.collectives import world
 
     if not torch.distributed.is_initialized():
         raise ValueError("sharding='fsdp' needs torch.distributed: launch with accelerate launch or torchrun")

@@ -55,8 +55,9 @@ from arena.memory import phase
 from arena.rng import seed_of
 from arena.model.sampler import Generation, SamplerConfig, generate
 from methods import diagnostics, fsdp, likelihood
-from methods.base import (MethodConfig, NonFiniteError, ParameterCount, StepResult, Trainable, all_reduce_sum,
-                          all_reduce_sums, common_stats, make_trainable, reference_context, register, world)
+from methods.base import MethodConfig, NonFiniteError, StepResult, common_stats, register
+from methods.collectives import all_reduce_sum, all_reduce_sums, world
+from methods.trainable import ParameterCount, Trainable, make_trainable, reference_context
 
 
 @dataclass
