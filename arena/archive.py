@@ -59,11 +59,10 @@ def archive_path(folder: Path, experiment: str, run_id: str) -> Path:
 
 def study_run_ids(tracker, study) -> list[str]:
     """The runs ``arena report`` reads for ``study``: each (arm, seed)'s finished run, then each finished control."""
-    from arena.controls import control_specs
     from arena.report.records import finished_control, finished_runs
 
     ids = [record.run_id for record in finished_runs(tracker, study.runs()).runs.values()]
-    controls = (finished_control(tracker, spec) for spec in control_specs(study))
+    controls = (finished_control(tracker, spec) for spec in study.control_specs())
     return ids + [record.run_id for record in controls if record is not None]
 
 

@@ -64,3 +64,9 @@ class Meter:
 def evaluation_points(amount: float, points: int) -> list[float]:
     """``points`` budget marks from 0 to ``amount``, equally spaced."""
     return [amount * j / (points - 1) for j in range(points)]
+
+
+def marks(amount: float, points: int) -> list[int]:
+    """The metric steps of the ``points`` evaluation points up to ``amount``: each point rounded to the nearest
+    integer, as every run, control and report logs and reads them."""
+    return [int(round(point)) for point in evaluation_points(amount, points)]

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import importlib
+import json
 import math
 import re
 import types
@@ -129,9 +131,34 @@ def _fits(value, hint) -> bool:
 
 
 CONVERT, REQUIRED = "convert", "required"  # field metadata that ``build`` reads (see there)
-# field metadata of an option added after runs that must keep their hashes: ``arena.study.plain`` (hence every
-# config hash) leaves the field out while it holds its default (None, or an off switch's False)
+# field metadata of an option added after runs that must keep their hashes: ``plain`` (hence every config hash)
+# leaves the field out while it holds its default (None, or an off switch's False)
 IDENTITY_WHEN_SET = "identity when set"
+
+
+def plain(value):
+    """Dataclasses, dicts, lists and tuples as plain dicts and lists (YAML- and JSON-safe); a field marked
+    ``IDENTITY_WHEN_SET`` is left out while it holds its default (so that adding it changed no config hash)."""
+    if dataclasses.is_dataclass(value):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
+                 if not (f.metadata.get(IDENTITY_WHEN_SET) and getattr(value, f.name) == f.default)}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return [plain(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def digest(value) -> str:
+    """sha256[:12] of canonical JSON: sorted keys, and numbers by value (2048 and 2048.0 hash alike). Here, below
+    the study, so that what hashes a run or a control (the runner, the controls) need not import the study."""
+    def canonical(v):
+        if isinstance(v, dict):
+            return {k: canonical(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [canonical(x) for x in v]
+        return int(v) if type(v) is float and v.is_integer() else v
+
+    text = json.dumps(canonical(plain(value)), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def build(cls, options: dict | None, where: str = "", fixed: dict | None = None, nulls_are_defaults: bool = False):

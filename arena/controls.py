@@ -23,53 +23,19 @@ other evaluation draws as a trained run has them; a finished control is skipped 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from pathlib import Path
 
-from arena.budget import UNITS, evaluation_points
+from arena.budget import UNITS, marks
 from arena.evaluate import SHARPEN_GRID, Evaluator, choose_temperature
 from arena.progress import announce
-from arena.study import digest, plain
 from arena.tracking import evaluation_artifact
 from rewards import load_task
 
 
-
-@dataclass(frozen=True)
-class ControlSpec:
-    """One control of a study: what its evaluation depends on, and the hash that identifies it."""
-
-    study: str
-    arm: str  # the control's name: frozen | sharpen
-    model: str
-    task: object  # TaskSpec
-    evaluation: object  # EvaluationSpec
-    budget: object  # BudgetSpec: the final mark
-    profile: str = ""
-    seed: int = 0
-
-    @property
-    def config_hash(self) -> str:
-        grid = SHARPEN_GRID if self.arm == "sharpen" else ()
-        return digest({"control": self.arm, "model": self.model, "task": self.task, "evaluation": self.evaluation,
-                       "profile": self.profile, "grid": list(grid)})
-
-    def resolved(self) -> dict:
-        return {"study": self.study, "arm": self.arm, "control": self.arm, "config_hash": self.config_hash,
-                "profile": self.profile, "model": self.model, "task": plain(self.task),
-                "evaluation": plain(self.evaluation), "budget": plain(self.budget),
-                **({"grid": list(SHARPEN_GRID)} if self.arm == "sharpen" else {})}
-
-
-def control_specs(study) -> list[ControlSpec]:
-    return [ControlSpec(study.name, name, study.model, study.task, study.evaluation, study.budget, study.profile)
-            for name in study.controls]
-
-
-def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workdir: Path, device: str | None = None,
+def evaluate_control(control, tracker, parent_id: str | None, workdir: Path, device: str | None = None,
                      force: bool = False):
-    """Evaluate one control (or skip it, finished before) and log it as a child run of ``parent_id``; its
-    ``arena.runner.Outcome``."""
+    """Evaluate one control (``arena.study.ControlSpec``; or skip it, finished before) and log it as a child run
+    of ``parent_id``; its ``arena.runner.Outcome``."""
     from arena.model import load_policy
     from arena.runner import (Outcome, decide, draw_starts, git_commit, other_draws, start_cache,
                               starting_evaluation, temperature_rows)
@@ -87,8 +53,8 @@ def evaluate_control(control: ControlSpec, tracker, parent_id: str | None, workd
     spec = control.evaluation
     evaluator = Evaluator(task, spec, policy.tokenizer, control.task.source)
     start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, control), say)
-    marks = evaluation_points(control.budget.amount, spec.points)
-    first, last = int(round(marks[0])), int(round(marks[-1]))
+    at = marks(control.budget.amount, spec.points)
+    first, last = at[0], at[-1]
     run_id = tracker.start_run(f"{control.arm} (control)", parent_id,
                                {**tags, "arena.method": "control", "arena.git_commit": git_commit(),
                                 "arena.profile": control.profile or "none"}, control.resolved())

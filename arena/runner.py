@@ -34,12 +34,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from arena.budget import Consumption, Meter, evaluation_points
+from arena.budget import Consumption, Meter, evaluation_points, marks
+from arena.config import digest
 from arena.evaluate import DRAW_METRICS, Evaluation, Evaluator, RewardError, checked_reward, choose_temperature
 from arena.memory import deterministic_kernels, out_of_memory
 from arena.progress import Progress, announce
 from arena.rng import RunKey, seed_of
-from arena.study import digest
 from arena.shards import gather
 from arena.tracking import draw_artifact, evaluation_artifact, matched_artifact, rollout_artifact
 from methods import fsdp, method_class
@@ -379,6 +379,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
 
     unit, amount = run.budget.unit, run.budget.amount
     points = evaluation_points(amount, run.evaluation.points)
+    steps = marks(amount, run.evaluation.points)  # the points' metric steps
     bar = Progress(f"{run.arm} seed {run.seed}", amount, unit.replace("_", " "), state.meter.amount(unit),
                    position, progress,
                    # a seconds budget counts fractions: show them rounded, not as 20.72675919399262/23
@@ -392,7 +393,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     try:
         while state.point < len(points):
             if state.meter.amount(unit) >= points[state.point]:  # ---- an evaluation point
-                mark = int(round(points[state.point]))
+                mark = steps[state.point]
                 with out_of_memory(f"evaluation mark {mark}", resumed_from(state, points), "evaluation"):
                     now = start if state.point == 0 else decode(evaluator, policy)
                 metrics = evaluator.metrics(now, start, hard)
@@ -446,7 +447,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
             with out_of_memory("matched decoding", "its matched decoding", "evaluation"), fsdp.gathered(policy.model):
                 tracker.log_rows(run_id, matched_decoding(policy, task, run.evaluation, run.task.source,
                                                           [evaluator, *extra], [(start, hard), *extra_starts],
-                                                          int(round(points[-1])), tracker, run_id))
+                                                          steps[-1], tracker, run_id))
         outcome = "finished"
     except BaseException as error:
         tracker.finish(run_id, "KILLED" if isinstance(error, (KeyboardInterrupt, Stop)) else "FAILED")

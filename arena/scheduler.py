@@ -346,10 +346,10 @@ def run_study(study, runs, placement: Placement, tracking_uri: str | None, workd
 def run_controls(study, tracker, parent_id: str, workdir: Path, placement: Placement, force: bool) -> list[Outcome]:
     """The study's controls (``arena.controls``): one evaluation each, in this process, after the arms (whose
     starting evaluation they share through its cache); a control that fails is reported like a failed run."""
-    from arena.controls import control_specs, evaluate_control
+    from arena.controls import evaluate_control
 
     outcomes = []
-    for control in control_specs(study):
+    for control in study.control_specs():
         try:
             outcomes.append(evaluate_control(control, tracker, parent_id, workdir, placement.device(0), force))
         except Exception as error:

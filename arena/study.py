@@ -72,8 +72,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -84,7 +82,8 @@ import yaml
 
 from arena.budget import MAX_MARK, UNITS
 from arena.config import (CONVERT, IDENTITY_WHEN_SET, REQUIRED, Checked, ConfigError, Located, Problem, StudyError,
-                          build, located, read_yaml, unknown_key)
+                          build, digest, located, plain, read_yaml, unknown_key)
+from arena.evaluate import SHARPEN_GRID
 from arena.profiles import apply_profile
 from methods import MethodConfig, method_class, method_family
 from rewards import load_task
@@ -424,6 +423,11 @@ class Study(Section):
                         self.task, self.evaluation, self.budget, self.profile, arm.config)
                 for name, arm in self.arms.items() for seed in self.seeds_of(name)]
 
+    def control_specs(self) -> list["ControlSpec"]:
+        """One spec per control the study names, in its order."""
+        return [ControlSpec(self.name, name, self.model, self.task, self.evaluation, self.budget, self.profile)
+                for name in self.controls]
+
     def resolved_yaml(self) -> str:
         """The study as it runs (method options with their defaults filled in), loadable again."""
         arms = {name: {"method": arm.method, "options": plain(arm.config),
@@ -477,28 +481,35 @@ class RunSpec:
                 "options": plain(self.config)}
 
 
-def plain(value):
-    """Dataclasses, dicts, lists and tuples as plain dicts and lists (YAML- and JSON-safe); a field marked
-    ``IDENTITY_WHEN_SET`` is left out while it holds its default (so that adding it changed no config hash)."""
-    if dataclasses.is_dataclass(value):
-        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
-                 if not (f.metadata.get(IDENTITY_WHEN_SET) and getattr(value, f.name) == f.default)}
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    return [plain(v) for v in value] if isinstance(value, (list, tuple)) else value
+@dataclass(frozen=True)
+class ControlSpec:
+    """One control of a study (``arena.controls``: a start policy evaluated, never trained): what its evaluation
+    depends on, and the hash that identifies it. The budget only places its final mark, so it is not hashed."""
 
+    study: str
+    arm: str  # the control's name: frozen | sharpen
+    model: str
+    task: TaskSpec
+    evaluation: EvaluationSpec
+    budget: BudgetSpec
+    profile: str = ""
+    seed: int = 0
 
-def digest(value) -> str:
-    """sha256[:12] of canonical JSON: sorted keys, and numbers by value (2048 and 2048.0 hash alike)."""
-    def canonical(v):
-        if isinstance(v, dict):
-            return {k: canonical(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [canonical(x) for x in v]
-        return int(v) if type(v) is float and v.is_integer() else v
+    @property
+    def grid(self) -> tuple[float, ...]:
+        """The temperatures the control chooses among (sharpen's; none for frozen)."""
+        return SHARPEN_GRID if self.arm == "sharpen" else ()
 
-    text = json.dumps(canonical(plain(value)), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    @property
+    def config_hash(self) -> str:
+        return digest({"control": self.arm, "model": self.model, "task": self.task, "evaluation": self.evaluation,
+                       "profile": self.profile, "grid": list(self.grid)})
+
+    def resolved(self) -> dict:
+        return {"study": self.study, "arm": self.arm, "control": self.arm, "config_hash": self.config_hash,
+                "profile": self.profile, "model": self.model, "task": plain(self.task),
+                "evaluation": plain(self.evaluation), "budget": plain(self.budget),
+                **({"grid": list(self.grid)} if self.grid else {})}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -546,5 +557,5 @@ def validate(raw, source: str, lines: dict | None = None, found=(), profile: str
     return study
 
 
-__all__ = ["CONTROLS", "AnalysisSpec", "ArmSpec", "BudgetSpec", "EvaluationSpec", "RunSpec", "Study", "StudyError",
-           "TaskSpec", "TrackingSpec", "TrainSpec", "digest", "load_study", "validate"]
+__all__ = ["CONTROLS", "AnalysisSpec", "ArmSpec", "BudgetSpec", "ControlSpec", "EvaluationSpec", "RunSpec", "Study",
+           "StudyError", "TaskSpec", "TrackingSpec", "TrainSpec", "digest", "load_study", "plain", "validate"]

@@ -12,7 +12,6 @@ from mlflow.tracking import MlflowClient
 
 from arena.archive import ARCHIVED_ID, archived_id, import_archives, read_record
 from arena.cli import main
-from arena.controls import control_specs
 from arena.report.records import read_results
 from arena.study import load_study
 from arena.tracking import Tracker
@@ -174,7 +173,7 @@ def test_every_committed_archive_is_a_finished_run_of_a_study_as_it_is_now():
         assert sharing, f"{path}: no study in studies/ logs to experiment {record['experiment']!r}"
         tags = record["tags"]
         if "arena.control" in tags:
-            wanted = {(spec.arm, spec.config_hash) for study in sharing for spec in control_specs(study)}
+            wanted = {(spec.arm, spec.config_hash) for study in sharing for spec in study.control_specs()}
             assert (tags["arena.control"], tags["arena.config_hash"]) in wanted, path
         else:
             wanted = {(run.arm, str(run.seed), run.config_hash) for study in sharing for run in study.runs()}

@@ -8,7 +8,7 @@ from functools import cache
 import pytest
 import yaml
 
-from arena.controls import control_specs, evaluate_control
+from arena.controls import evaluate_control
 from arena.evaluate import SHARPEN_GRID, best_temperature
 from arena.evaluate import Evaluator
 from arena.model import load_policy
@@ -83,7 +83,7 @@ def test_controls_choose_on_training_prompts_and_log_what_the_report_reads(tmp_p
         "arms": {"grpo": {"method": "grpo"}}}))
     study = load_study(path)
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "controls")
-    outcomes = {c.arm: evaluate_control(c, tracker, None, tmp_path / "work") for c in control_specs(study)}
+    outcomes = {c.arm: evaluate_control(c, tracker, None, tmp_path / "work") for c in study.control_specs()}
     assert {o.status for o in outcomes.values()} == {"finished"}
     sharpen = tracker.history(outcomes["sharpen"].run_id, "control/temperature")
     assert sharpen[-1][1] == 0.0  # chosen on training prompts, where greedy is right; held out it is wrong
@@ -91,11 +91,11 @@ def test_controls_choose_on_training_prompts_and_log_what_the_report_reads(tmp_p
     assert held_out_gain < 0  # so greedy loses on the held-out prompts, and the control shows it honestly
     for key in ("eval/tail_gain", "eval/mean_gain", "draws/1/tail_gain"):
         assert tracker.history(outcomes["frozen"].run_id, key)[-1][1] == 0.0  # zero by construction
-    again = evaluate_control(control_specs(study)[0], tracker, None, tmp_path / "work")
+    again = evaluate_control(study.control_specs()[0], tracker, None, tmp_path / "work")
     assert again.status == "skipped" and again.run_id == outcomes["frozen"].run_id
     from arena.report.records import read_control
 
-    run = read_control(tracker, control_specs(study)[1], [0, 32])
+    run = read_control(tracker, study.control_specs()[1], [0, 32])
     assert run.start_rewards.shape == run.end_rewards.shape == (16, 4) and len(run.other_draws) == 1
     assert run.other_draws[0]["start"].shape == (16, 4)
 

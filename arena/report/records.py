@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arena.budget import UNITS, evaluation_points
+from arena import budget
+from arena.budget import UNITS
 from arena.tracking import draw_artifact, evaluation_artifact, flat_params, matched_artifact
 
 CURVE_KEYS = ("eval/tail_reward", "eval/tail_gain", "eval/mean_reward", *(f"budget/{unit}" for unit in UNITS))
@@ -113,7 +114,7 @@ def _draw(saved: list[dict]):
 
 def marks_of(study) -> list[int]:
     """The metric steps of the study's evaluation points, as the runner logs them."""
-    return [int(round(mark)) for mark in evaluation_points(study.budget.amount, study.evaluation.points)]
+    return budget.marks(study.budget.amount, study.evaluation.points)
 
 
 @dataclass
@@ -207,7 +208,7 @@ def draw_at(tracker, results: Results, arm: str, mark: float):
 
 
 def finished_control(tracker, control):
-    """The newest finished run (``RunRecord``) of ``control`` (``arena.controls.ControlSpec``) at its config hash,
+    """The newest finished run (``RunRecord``) of ``control`` (``arena.study.ControlSpec``) at its config hash,
     if any."""
     found = [r for r in tracker.find_runs({"arena.study": control.study, "arena.control": control.arm,
                                            "arena.config_hash": control.config_hash}) if r.status == "FINISHED"]
@@ -242,9 +243,7 @@ def read_results(tracker, study) -> Results:
                                                               study.evaluation.draws))
     levels = sorted({int(LEVEL_KEY.fullmatch(k).group(1)) for seeds in arms.values() for run in seeds
                      for k in run.curves if LEVEL_KEY.fullmatch(k)})
-    from arena.controls import control_specs
-
-    controls = {spec.arm: read_control(tracker, spec, marks) for spec in control_specs(study)}
+    controls = {spec.arm: read_control(tracker, spec, marks) for spec in study.control_specs()}
     return Results(study, np.array(marks, dtype=float), arms,
                    [(run.arm, run.seed) for run in runs if (run.arm, run.seed) not in found.runs], found.stale,
                    found.parents[0].run_id if found.parents else None, levels, found.predating,
