@@ -49,8 +49,7 @@ def measure(policy, task, split: str, seed: int, temperature: float, max_new_tok
     evaluation = evaluator.decode(policy)
     p = evaluation.per_prompt
     row = {"mean": float(p.mean()), "tail": lower_cvar(p, spec.primary_alpha), "seconds": time.perf_counter() - began}
-    if hasattr(task, "sample_metrics"):
-        row.update(evaluator.sample_means(evaluation))
+    row.update(evaluator.sample_means(evaluation))  # the task's own metrics (none by default)
     return {**row, **part_accuracy(evaluator, evaluation)}
 
 

@@ -1,5 +1,6 @@
 """Reward tasks: prompts, answers and reward functions. ``get_task(name)`` returns a registered task;
-``load_task(name, levels)`` also one named by import path, as studies name tasks."""
+``load_task(name, levels)`` also one named by import path, as studies name tasks. Every task subclasses
+``rewards.Task`` (rewards/base.py)."""
 from arena.config import ConfigError, Problem, import_path
 from rewards.base import Registry, Task, chat_prompt, last_answer
 
@@ -25,9 +26,9 @@ def load_task(name: str, levels: tuple[int, ...] | None = None) -> Task:
     except (TypeError, ValueError) as error:  # a task refusing its levels raises ValueError
         message = f"cannot build task {name!r}: {error}" if isinstance(error, TypeError) else str(error)
         raise ConfigError([Problem("name" if levels is None else "levels", message)]) from None
-    missing = [m for m in ("reward", "prompt", "examples") if not callable(getattr(task, m, None))]
-    if missing:
-        raise ConfigError([Problem("name", f"{name!r} did not give a Task (missing {', '.join(missing)})")])
+    if not isinstance(task, Task):
+        raise ConfigError([Problem("name", f"{name!r} did not give a Task: a task subclasses rewards.Task, which "
+                                           "declares its optional members (reward_range, sample_metrics)")])
     return task
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from rewards.base import chat_prompt
+from rewards.base import Task, chat_prompt
 from rewards.data import SPLITS, generate_split, is_heldout
 
 LEVELS = (1, 2, 3, 4)
@@ -40,7 +40,7 @@ def pairs_on_split(digits: int, split: str) -> int | None:
     return held if split == "heldout" else len(operands) ** 2 - held
 
 
-class ArithmeticTask:
+class ArithmeticTask(Task):
     name = "arithmetic"
     reward_range = (0.0, 1.0)
 

@@ -6,22 +6,37 @@ deterministic train / held-out splits. Rewards never raise and never leave their
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 OPEN, CLOSE = "<answer>", "</answer>"
 
 
-class Task(Protocol):
-    name: str
-    reward_range: tuple[float, float]
+class Task:
+    """The base of every task: the required members raise until a task defines them; the optional ones have
+    their defaults here, so that callers use them directly instead of probing for them."""
 
-    def reward(self, completion: str, example: dict) -> float: ...
+    name: str  # shown in error messages
+    reward_range: tuple[float, float] = (0.0, 1.0)  # every reward lies in it; (0, 1) with 0/1 rewards adds pass@k
 
-    def prompt(self, example: dict, tokenizer: Any = None) -> str: ...
+    def reward(self, completion: str, example: dict) -> float:
+        raise NotImplementedError(f"{type(self).__name__} defines no reward(completion, example)")
 
-    def examples(self, split: str, n: int | None = None, seed: int = 0, source: str | None = None) -> list[dict]: ...
+    def prompt(self, example: dict, tokenizer: Any = None) -> str:
+        raise NotImplementedError(f"{type(self).__name__} defines no prompt(example, tokenizer)")
+
+    def examples(self, split: str, n: int | None = None, seed: int = 0, source: str | None = None) -> list[dict]:
+        raise NotImplementedError(f"{type(self).__name__} defines no examples(split, n, seed, source)")
     # An evaluation's prompts must be distinct: a task whose draws may repeat an item takes a keyword
     # ``distinct: bool = False`` as well, and the evaluation asks for ``distinct=True``.
+
+    def sample_metrics(self, completion: str, example: dict) -> dict[str, float]:
+        """Per-sample metrics besides the reward, each averaged over an evaluation's samples (none by default)."""
+        return {}
+
+    def teacher_answer(self, example: dict, rng) -> str:
+        """The answer the embedded tiny model is pretrained on (``arena.model.tiny``): the example's own by
+        default; a noisy teacher draws from ``rng`` (a numpy Generator) instead."""
+        return example["answer"]
 
 
 def last_answer(text: str) -> str | None:

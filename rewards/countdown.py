@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from rewards.base import chat_prompt, last_answer
+from rewards.base import Task, chat_prompt, last_answer
 from rewards.data import Hub, generate_split, load_examples, sample
 from rewards.parsing import clip
 
@@ -167,7 +167,7 @@ def _key(example: dict) -> str:
     return f"{sorted(example['numbers'])}->{example['target']}"
 
 
-class CountdownTask:
+class CountdownTask(Task):
     name = "countdown"
     reward_range = (0.0, 1.0)
 

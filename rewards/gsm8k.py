@@ -23,7 +23,7 @@ Data: ``openai/gsm8k`` (config ``main``; train -> train, test -> held-out) throu
 """
 from __future__ import annotations
 
-from rewards.base import chat_prompt
+from rewards.base import Task, chat_prompt
 from rewards.data import Hub, load_examples, sample
 from rewards.parsing import final_answer, last_number
 
@@ -44,7 +44,7 @@ def _from_record(record: dict) -> dict:
     return {"question": str(record["question"]), "answer": answer, "difficulty": steps}
 
 
-class GSM8KTask:
+class GSM8KTask(Task):
     name = "gsm8k"
     reward_range = (0.0, 1.0)
 

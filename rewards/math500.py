@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from rewards.base import chat_prompt
+from rewards.base import Task, chat_prompt
 from rewards.data import Hub, load_examples, sample
 from rewards.parsing import MAX_ANSWER, final_answer, last_boxed, to_fraction
 
@@ -99,7 +99,7 @@ def _from_record(record: dict) -> dict:
     }
 
 
-class Math500Task:
+class Math500Task(Task):
     name = "math500"
     reward_range = (0.0, 1.0)
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewards.base import chat_prompt
+from rewards.base import Task, chat_prompt
 from rewards.data import generate_split
 
 DIGITS = 12
@@ -68,7 +68,7 @@ def part_results(completion: str, example: dict) -> list[bool]:
     return [i < len(written) and written[i] == part_answer(total) for i, total in enumerate(example["sums"])]
 
 
-class MultiSumTask:
+class MultiSumTask(Task):
     name = "multi_sum"
     reward_range = (0.0, 1.0)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from functools import lru_cache
 from itertools import islice
 
-from rewards.base import chat_prompt, last_answer
+from rewards.base import Task, chat_prompt, last_answer
 from rewards.data import generate_split, load_examples, sample
 from rewards.parsing import clip
 
@@ -97,7 +97,7 @@ def _from_record(record: dict) -> dict:
     return {"puzzle": puzzle, "solution": solution, "difficulty": puzzle.count("0")}
 
 
-class Sudoku4Task:
+class Sudoku4Task(Task):
     name = "sudoku4"
     reward_range = (0.0, 1.0)
 

@@ -10,10 +10,11 @@ from arena.config import Checked
 from methods.base import MethodConfig
 from methods.block_grpo import BlockGRPO
 from methods.grpo import GRPO, GRPOConfig
+from rewards import Task
 from rewards.noisy_arithmetic import NoisyArithmeticTask
 
 
-class CountingTask:
+class CountingTask(Task):
     """Prompts 'n' with answer n+1, on levels 1..3 (the number of digits of n)."""
 
     name = "counting"

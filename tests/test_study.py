@@ -378,8 +378,8 @@ def test_import_paths_that_do_not_exist(tmp_path):
         f"{path}:5: arms.b.method: 'study_plugins:not_a_task' has no Config dataclass",
     ]
     path = write(tmp_path, "task: {name: 'study_plugins:not_a_task'}\n" + arms("a: {method: es}\n"))
-    assert errors(path) == [f"{path}:1: task.name: 'study_plugins:not_a_task' did not give a Task (missing reward, "
-                            "prompt, examples)"]
+    assert errors(path) == [f"{path}:1: task.name: 'study_plugins:not_a_task' did not give a Task: a task subclasses "
+                            "rewards.Task, which declares its optional members (reward_range, sample_metrics)"]
 
 
 # ---------------------------------------------------------------------------------------------

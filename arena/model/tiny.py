@@ -174,13 +174,13 @@ def shipped_checkpoint(name: str = "tiny") -> Path:
 def training_batch(policy: Policy, examples: list[dict], task, rng=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded sequences prompt + answer + stop tokens to the block end; returns (ids, valid, target).
 
-    The answer is the task's teacher's (``teacher_answer(example, rng)``) where it has one.
+    The answer is the task's teacher's (``rewards.Task.teacher_answer``: the example's own unless the task's
+    teacher is noisy).
     """
     B, rows = policy.block_size, []
-    teacher = getattr(task, "teacher_answer", None)
     for example in examples:
         prompt = policy.encode(task.prompt(example))
-        answer = policy.encode(teacher(example, rng) if teacher else example["answer"]) + [policy.eos_id]
+        answer = policy.encode(task.teacher_answer(example, rng)) + [policy.eos_id]
         end = -(-(len(prompt) + len(answer)) // B) * B
         rows.append((prompt, answer + [policy.eos_id] * (end - len(prompt) - len(answer))))
     T = max(len(p) + len(a) for p, a in rows)

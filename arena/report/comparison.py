@@ -65,10 +65,10 @@ def x_values(results: Results, arm: str, x: str) -> np.ndarray:
 
 @functools.cache
 def reward_range(task) -> tuple[float, float]:
-    """The rewards the task (a ``TaskSpec``) can give: its ``reward_range``, default (0, 1)."""
+    """The rewards the task (a ``TaskSpec``) can give: its ``reward_range`` (``rewards.Task``'s default: (0, 1))."""
     from rewards import load_task
 
-    low, high = getattr(load_task(task.name, task.levels), "reward_range", (0.0, 1.0))
+    low, high = load_task(task.name, task.levels).reward_range
     return float(low), float(high)
 
 

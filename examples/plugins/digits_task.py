@@ -10,13 +10,13 @@ train and held-out disjoint by a hash of the item.
 """
 from __future__ import annotations
 
-from rewards import chat_prompt
+from rewards import Task, chat_prompt
 from rewards.data import generate_split
 
 LEVELS = (1, 2, 3)
 
 
-class DigitsTask:
+class DigitsTask(Task):  # rewards.Task: the optional members' defaults
     name = "units_digit"
     reward_range = (0.0, 1.0)  # with rewards in {0, 1}, the evaluation also reports pass@k
 
