@@ -35,9 +35,13 @@ def numpy_generator(*key: int) -> np.random.Generator:
 
 
 def torch_generator(*key: int, device="cpu"):
+    """A torch.Generator on ``device`` seeded from ``key``: the same key gives other numbers on another kind of
+    device. The meta device (shapes without values) has no generator of its own and draws nothing: the CPU's
+    stands in."""
     import torch
 
-    generator = torch.Generator(device=device)
+    device = torch.device(device)
+    generator = torch.Generator(device="cpu" if device.type == "meta" else device)
     generator.manual_seed(seed_of(*key))
     return generator
 

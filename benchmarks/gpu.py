@@ -607,14 +607,14 @@ def trajectory_row(check: Check, big: Big):
 
 def perturb_row(check: Check, big: Big, noise: str):
     """ES perturb+restore of one member (full-parameter ES); full noise extrapolated from layer 0 when the
-    whole would not fit a quarter of the budget left (its noise is drawn on the CPU, per DESIGN §6)."""
+    whole would not fit a quarter of the budget left (the noise is drawn on the device, methods.es_noise)."""
     method = make_method("es", big.policy, {"noise": noise, "population": 2}, seed=0)
 
     def member(params):
-        whole, method.params = method.params, params  # time a subset: perturbed() walks method.params
+        whole, method.params = method.params, params  # time a subset: ask() walks method.params
         try:
             began = time.perf_counter()
-            with method.perturbed(0, 0):
+            with method.ask(0, 0):
                 check.sync()
             check.sync()
             return time.perf_counter() - began
@@ -633,7 +633,7 @@ def perturb_row(check: Check, big: Big, noise: str):
                     note + f"; layer 0 alone {probe_s:.2f} s, scaled by parameter count; the whole was not timed")
     seconds = member(method.params)
     check.facts[f"es_{noise}_perturb"] = seconds
-    return f"{seconds:.3f} s per member", "", "measured", note + "; noise drawn on the CPU, keyed"
+    return f"{seconds:.3f} s per member", "", "measured", note + "; noise drawn on the device, keyed"
 
 
 def method_row(check: Check, big: Big, name: str, trainable: str):

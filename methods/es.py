@@ -35,12 +35,9 @@ centered ranks, α = 5e-4) that is at most α/√(2n) = 6.25e-5 per coordinate; 
 default step moves no weight of the tiny model by more than 2.5% of max(its tensor's RMS, 0.02).
 (A prototype whose α carried a stray 1/σ took steps 1000x that and destroyed the model silently.)
 
-Noise. ε_j of a parameter is regenerated on the CPU from the key (seed, step, j, parameter name),
-never stored; CPU draws do not depend on the accelerator (CUDA randn does), and the name in the key
-keeps same-shaped tensors independent. ``lowrank`` noise is E = A Bᵀ/√r with A (out, r), B (in, r):
-unit variance per coordinate, r(out + in) draws instead of out·in. Trainable ``nn.Linear`` weights
-then take it in the forward pass (y += σ s x B Aᵀ/√r, a hook) and are never written; other tensors
-take it dense, in place.
+Noise (``methods.es_noise``): ε_j of a parameter is regenerated from the key (seed, step, j, parameter name) on
+the parameter's device, never stored; ``full`` noise is dense, ``lowrank`` noise is EGGROLL's E = A Bᵀ/√r, which
+trainable ``nn.Linear`` weights take in the forward pass.
 
 Memory per trainable parameter. A parameter perturbed in place is restored by copy from an fp32
 master (bit-exact in fp32 and bf16; subtracting the noise is not), and every update accumulates in
@@ -52,21 +49,14 @@ rank, rank + world, ...; only fitness scalars and counters are all-reduced (``al
 rank applies the same update, and every ``checksum_every`` steps an all-gather of a parameter checksum
 raises on drift.
 
-Statistics: the common ones (``methods.base.COMMON_STATS``; reward_mean/std over every member x prompt
-reward; flops: 2·P per forward token, no backward pass), member_seconds / perturb_seconds per member,
-and the diagnostics of whether the population sees a signal (docs/studies.md, "Reading ES's diagnostics"):
-fitness_mean/std/max over members; tied_pairs, the share of antithetic pairs whose two members have
-exactly equal fitness (their shaped fitnesses cancel: the pair moves nothing; near 1, the step is
-noise); sigma (as configured) and sigma_rms_median/min/max, the σ each perturbed tensor gets over its
-RMS (tensors of RMS 0 left out); update_norm (common) and update_cosine, the cosine between this step's
-change of θ and the previous step's (absent at the first step; near 0, successive updates are unrelated
-draws; the previous change is kept, 4 bytes per trainable parameter, and checkpointed).
+The method as ask / tell / statistics: ``ask(step, member)`` is the policy as one member (perturbed in place or
+hooked, restored bit-exactly on exit), ``tell(step, fitness)`` the update alone, and ``methods.es_stats`` the
+statistics, none of which the update reads.
 """
 from __future__ import annotations
 
 import contextlib
 import math
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -75,10 +65,13 @@ import torch
 import torch.distributed as dist
 
 from arena.config import IDENTITY_WHEN_SET
-from arena.rng import RunKey, name_key, seed_of, torch_generator
 from arena.model.sampler import SamplerConfig, generate
-from methods.base import (MethodConfig, ParameterCount, RewardFn, StepResult, Trainable, all_reduce_sums,
-                          common_stats, make_trainable, register, world)
+from arena.rng import RunKey, seed_of
+from methods.base import MethodConfig, RewardFn, StepResult, common_stats, register
+from methods.collectives import all_reduce_sums, world
+from methods.es_noise import make_noise
+from methods.es_stats import Movement, population_stats, sigma_over_rms
+from methods.trainable import ParameterCount, Trainable, make_trainable
 
 
 def centered_rank(fitness: torch.Tensor) -> torch.Tensor:
@@ -91,16 +84,6 @@ def centered_rank(fitness: torch.Tensor) -> torch.Tensor:
     return (below + (ties - 1) / 2) / (n - 1) - 0.5
 
 
-def tied_pairs(fitness: torch.Tensor) -> float:
-    """The share of antithetic pairs (members 2j, 2j + 1) whose fitnesses are exactly equal."""
-    return float((fitness[0::2] == fitness[1::2]).double().mean())
-
-
-def cosine(dot: float, squares_a: float, squares_b: float) -> float | None:
-    """dot / (‖a‖ ‖b‖); None when either vector is zero."""
-    return dot / math.sqrt(squares_a * squares_b) if squares_a > 0 and squares_b > 0 else None
-
-
 def zscore(fitness: torch.Tensor) -> torch.Tensor:
     """(F - mean) / std (population std); all equal -> all 0 (their float mean need not equal them)."""
     if fitness.max() == fitness.min():
@@ -109,6 +92,11 @@ def zscore(fitness: torch.Tensor) -> torch.Tensor:
 
 
 SHAPING = {"centered_rank": centered_rank, "zscore": zscore}
+
+
+def pair(member: int, antithetic: bool) -> tuple[int, float]:
+    """(j, s_m): the noise a member uses and its sign."""
+    return (member // 2, 1.0 - 2.0 * (member % 2)) if antithetic else (member, 1.0)
 
 
 @register("es")
@@ -170,34 +158,17 @@ class ES:
         self.policy, self.config, self.seed = policy, config, seed
         self.params = make_trainable(policy, Trainable.of(config), seed)
         self.parameters = ParameterCount.of(policy.model, self.params)
+        self.noise = make_noise(config.noise, seed, config.noise_rank)
         names = {name for name, _ in self.params}
         self.hooked = {}  # parameter name -> nn.Linear that takes its low-rank noise in the forward
-        if config.noise == "lowrank":
+        if self.noise.in_forward:
             self.hooked = {f"{m}.weight": module for m, module in policy.model.named_modules()
                            if isinstance(module, torch.nn.Linear) and f"{m}.weight" in names}
         self.master = {name: p.detach().to(torch.float32, copy=True) for name, p in self.params
                        if name not in self.hooked or p.dtype != torch.float32}
         self.sampler = SamplerConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature)
         self.scales = dict.fromkeys((name for name, _ in self.params), 1.0)  # r_t of relative noise, per step
-        self.previous_update: dict[str, torch.Tensor] = {}  # the last step's change of θ (update_cosine)
-
-    # ---- noise: regenerated from (seed, step, j, name), never stored
-
-    def _pair(self, member: int) -> tuple[int, float]:
-        return (member // 2, 1.0 - 2.0 * (member % 2)) if self.config.antithetic else (member, 1.0)
-
-    def factors(self, step: int, j: int, name: str, shape) -> tuple[torch.Tensor, torch.Tensor]:
-        """Low-rank noise E = A Bᵀ/√r of a 2-D parameter: A (out, r), B (in, r), standard normal."""
-        generator = torch_generator(self.seed, RunKey.ES_NOISE, step, j, name_key(name))
-        r = self.config.noise_rank
-        return torch.randn(shape[0], r, generator=generator), torch.randn(shape[1], r, generator=generator)
-
-    def noise(self, step: int, j: int, name: str, shape) -> torch.Tensor:
-        """ε_j of a parameter, dense fp32 on the CPU."""
-        if self.config.noise == "lowrank" and len(shape) == 2:
-            a, b = self.factors(step, j, name, shape)
-            return a @ b.T / math.sqrt(self.config.noise_rank)
-        return torch.randn(tuple(shape), generator=torch_generator(self.seed, RunKey.ES_NOISE, step, j, name_key(name)))
+        self.movement = Movement()  # update_norm and update_cosine, watching the update
 
     @torch.no_grad()
     def rms(self) -> dict[str, float]:
@@ -216,21 +187,22 @@ class ES:
                              "trainable: subset, or use sigma_scale: absolute)")
         self.scales = rms
 
+    # ---- ask: the policy as one member; tell: the update
+
     @contextlib.contextmanager
     @torch.no_grad()
-    def perturbed(self, step: int, member: int):
+    def ask(self, step: int, member: int):
         """The policy as member ``member`` of step ``step``; every parameter restored bit-exactly on exit."""
-        j, sign = self._pair(member)
-        sigma, handles = self.config.sigma, []
+        j, sign = pair(member, self.config.antithetic)
+        handles = []
         try:
             for name, param in self.params:
-                scaled = sigma * self.scales[name]  # σ·r_t (r_t = 1.0 exactly for absolute noise)
+                scaled = self.config.sigma * self.scales[name]  # σ·r_t (r_t = 1.0 exactly for absolute noise)
                 if name in self.hooked:
-                    a, b = self.factors(step, j, name, param.shape)
-                    a = (a * (sign * scaled / math.sqrt(self.config.noise_rank))).to(param)
-                    handles.append(self.hooked[name].register_forward_hook(_lowrank_hook(a, b.to(param))))
+                    hook = self.noise.hook(step, j, name, param, sign * scaled)
+                    handles.append(self.hooked[name].register_forward_hook(hook))
                 else:
-                    noise = self.noise(step, j, name, param.shape).to(param.device)
+                    noise = self.noise.dense(step, j, name, param.shape, param.device)
                     param.copy_(self.master[name] + sign * scaled * noise)
             yield
         finally:
@@ -240,65 +212,67 @@ class ES:
                 if name not in self.hooked:
                     param.copy_(self.master[name])
 
-    # ---- the update
-
     def step_size(self, step: int) -> float:
         """α at step ``step`` (counted from 0): the configured α, decayed after ``alpha_decay_from`` steps."""
         k = self.config.alpha_decay_from
         return self.config.alpha if k is None else self.config.alpha * min(1.0, math.sqrt(k / (step + 1)))
 
     @torch.no_grad()
-    def apply_update(self, step: int, shaped: torch.Tensor) -> tuple[float, float | None]:
-        """θ ← θ + scale·r_t·Σ_j c_j ε_j - αλθ in fp32, identical on every process; returns the norm of the
-        change of the fp32 θ (after rounding into it) and its cosine with the previous step's change."""
-        cfg, n = self.config, len(shaped)
-        coef = torch.zeros(n // 2 if cfg.antithetic else n, dtype=torch.float64)
+    def tell(self, step: int, fitness: torch.Tensor) -> None:
+        """θ ← θ + scale·r_t·Σ_j c_j ε_j - αλθ in fp32 from the members' fitnesses, identical on every process."""
+        cfg, shaped, n = self.config, SHAPING[self.config.shaping](fitness), len(fitness)
+        coef = torch.zeros(n // 2 if cfg.antithetic else n, dtype=torch.float64)  # c_j = Σ_{m uses ε_j} s_m F̃_m
         for member in range(n):
-            j, sign = self._pair(member)
+            j, sign = pair(member, cfg.antithetic)
             coef[j] += sign * shaped[member]
         alpha = self.step_size(step)
         scale = alpha / n / (1.0 if cfg.alpha_absorbs_sigma else cfg.sigma)
-        squares = previous_squares = dot = 0.0
+        self.movement.begin()
         for name, param in self.params:
             theta = self.master.get(name, param)
             delta = torch.zeros_like(theta)
             for j in coef.nonzero().flatten().tolist():
-                delta.add_(self.noise(step, j, name, param.shape).to(theta.device),
-                           alpha=float(coef[j]) * scale * self.scales[name])
+                noise = self.noise.dense(step, j, name, param.shape, theta.device)
+                delta.add_(noise, alpha=float(coef[j]) * scale * self.scales[name])
             if cfg.weight_decay:
                 delta.sub_(theta, alpha=alpha * cfg.weight_decay)
             moved = theta + delta
-            change = (moved - theta).double()
-            squares += float(change.square().sum())
-            if name in self.previous_update:
-                previous = self.previous_update[name].double()
-                dot += float((change * previous).sum())
-                previous_squares += float(previous.square().sum())
-            self.previous_update[name] = change.float()
+            self.movement.add(name, moved - theta)
             theta.copy_(moved)
             if theta is not param:
                 param.copy_(theta)
-        return math.sqrt(squares), cosine(dot, squares, previous_squares)
 
     # ---- one step: evaluate this rank's members, share the fitnesses, update
 
     def step(self, prompts: list[list[int]], reward_fn: RewardFn, step: int) -> StepResult:
-        cfg, (rank, size), start = self.config, world(), time.perf_counter()
-        if size > 1 and step % cfg.checksum_every == 0:
+        cfg, start = self.config, time.perf_counter()
+        if world()[1] > 1 and step % cfg.checksum_every == 0:
             self.check_replicas(step)
-        prompts = prompts[: cfg.prompts_per_member or len(prompts)]
-        k = cfg.samples_per_member
-        rows = [prompt for prompt in prompts for _ in range(k)]  # row r: prompt r // k, draw r % k
         rms = self.rms()
         self.set_scales(rms, step)
-        n = cfg.population
+        totals, completions = self.evaluate(prompts[: cfg.prompts_per_member or len(prompts)], reward_fn, step)
+        fitness = torch.tensor([totals[_fitness(m)] for m in range(cfg.population)], dtype=torch.float64)
+        self.tell(step, fitness)
+        moved = self.movement.stats()
+        consumption, stats = common_stats(totals, moved.pop("update_norm"), time.perf_counter() - start,
+                                          self.parameters)
+        stats |= population_stats(fitness, totals, cfg.antithetic) | {"sigma": cfg.sigma}
+        stats |= sigma_over_rms(cfg.sigma, self.scales, rms) | moved
+        return StepResult(consumption, stats, completions)
+
+    def evaluate(self, prompts: list[list[int]], reward_fn: RewardFn, step: int) -> tuple[dict[str, float], list]:
+        """This rank's members (rank, rank + world, ...) on ``prompts``, each decoded ``samples_per_member``
+        times with the step's common decoding seed: the all-rank sums of their fitnesses and counters, and a
+        sample of completions."""
+        (rank, size), k, n = world(), self.config.samples_per_member, self.config.population
+        rows = [prompt for prompt in prompts for _ in range(k)]  # row r: prompt r // k, draw r % k
         counters = ("samples", "tokens", "forward_tokens", "reward_sum", "reward_squares", "member_seconds",
                     "perturb_seconds")
         sums = dict.fromkeys([*map(_fitness, range(n)), *counters], 0.0)  # every name on every rank
         completions = []
         for member in range(rank, n, size):
             begun = time.perf_counter()
-            with self.perturbed(step, member):
+            with self.ask(step, member):
                 perturbed_at = time.perf_counter()
                 out = generate(self.policy, rows, self.sampler, seed=seed_of(self.seed, RunKey.ES_DECODE, step))
                 rewards = [float(reward_fn(r // k, text)) for r, text in enumerate(out.texts)]
@@ -314,27 +288,7 @@ class ES:
             if not completions:
                 completions = [{"prompt": row // k, "text": t, "reward": r, "member": member}
                                for row, (t, r) in enumerate(zip(out.texts, rewards))]
-        totals = all_reduce_sums(sums)
-        fitness = torch.tensor([totals[_fitness(m)] for m in range(n)], dtype=torch.float64)
-        norm, update_cosine = self.apply_update(step, SHAPING[cfg.shaping](fitness))
-        consumption, stats = common_stats(totals, norm, time.perf_counter() - start, self.parameters)
-        stats |= {"fitness_mean": float(fitness.mean()), "fitness_std": float(fitness.std(correction=0)),
-                  "fitness_max": float(fitness.max()), "sigma": cfg.sigma,
-                  "member_seconds": totals["member_seconds"] / n, "perturb_seconds": totals["perturb_seconds"] / n,
-                  **self.sigma_over_rms(rms)}
-        if cfg.antithetic:
-            stats["tied_pairs"] = tied_pairs(fitness)
-        if update_cosine is not None:
-            stats["update_cosine"] = update_cosine
-        return StepResult(consumption, stats, completions)
-
-    def sigma_over_rms(self, rms: dict[str, float]) -> dict[str, float]:
-        """Median, min and max over the perturbed tensors of their σ·r_t over their RMS (RMS 0 left out)."""
-        ratios = [self.config.sigma * self.scales[name] / value for name, value in rms.items() if value > 0]
-        if not ratios:
-            return {}
-        return {"sigma_rms_median": statistics.median(ratios), "sigma_rms_min": min(ratios),
-                "sigma_rms_max": max(ratios)}
+        return all_reduce_sums(sums), completions
 
     @torch.no_grad()
     def check_replicas(self, step: int) -> None:
@@ -350,7 +304,7 @@ class ES:
 
     def state_dict(self) -> dict:
         return {"theta": {name: self.master.get(name, p).detach().clone() for name, p in self.params},
-                "previous_update": {name: change.clone() for name, change in self.previous_update.items()}}
+                "previous_update": {name: change.clone() for name, change in self.movement.previous.items()}}
 
     @torch.no_grad()
     def load_state_dict(self, state: dict) -> None:
@@ -359,17 +313,9 @@ class ES:
             theta.copy_(state["theta"][name])
             if theta is not param:
                 param.copy_(theta)
-        self.previous_update = {name: change.clone() for name, change in state.get("previous_update", {}).items()}
+        self.movement = Movement({name: change.clone() for name, change in state.get("previous_update", {}).items()})
 
 
 def _fitness(member: int) -> str:
     """The name under which a member's fitness travels in the step's all-reduce."""
     return f"fitness[{member}]"
-
-
-def _lowrank_hook(a: torch.Tensor, b: torch.Tensor):
-    """Forward hook adding x B Aᵀ (A already scaled by ±σ/√r) to an nn.Linear's output."""
-    def hook(module, inputs, output):
-        return output + (inputs[0] @ b) @ a.T
-
-    return hook

@@ -9,6 +9,8 @@ import types
 import pytest
 import torch
 import torch.multiprocessing as mp
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from arena.rng import numpy_generator, torch_generator
 from arena.model.sampler import SamplerConfig, generate
@@ -16,7 +18,7 @@ from arena.model.tiny import build_policy
 from conftest import SMALL, gloo_rank, share_of_ones, sharpen
 from arena.config import ConfigError
 from methods.base import make_method
-from methods.es import SHAPING, centered_rank
+from methods.es import SHAPING
 
 FAST = {"population": 4, "prompts_per_member": 2, "max_new_tokens": 8, "sigma": 0.05}
 TRAIN = ["12+7=", "3+4=", "45+67=", "8+9="]
@@ -60,7 +62,7 @@ def test_perturb_restore_is_bit_exact_after_many_members(dtype, noise, trainable
     forward = torch.no_grad()(lambda: policy.model(ids).logits)
     logits, before = forward(), bits(policy)
     for member in range(24):
-        with method.perturbed(step=member // 8, member=member):
+        with method.ask(step=member // 8, member=member):
             assert not torch.equal(forward(), logits), "the member is not perturbed"
     assert all(torch.equal(before[n], after) for n, after in bits(policy).items())
     assert torch.equal(forward(), logits), "a low-rank hook outlived its member"
@@ -73,7 +75,7 @@ def test_bf16_updates_accumulate_in_fp32():
     method = make_method("es", policy, {"population": 4, "alpha": 1e-4}, seed=0)
     start = {n: t.clone() for n, t in method.master.items()}
     for step in range(20):
-        method.apply_update(step, centered_rank(torch.tensor([3.0, 0.0, 2.0, 1.0], dtype=torch.float64)))
+        method.tell(step, torch.tensor([3.0, 0.0, 2.0, 1.0], dtype=torch.float64))  # centered ranks
     for name, param in method.params:
         assert torch.equal(param, method.master[name].to(torch.bfloat16)), name
     moved = sum(int((method.master[n] != start[n]).sum()) for n in start)
@@ -126,7 +128,8 @@ def test_per_coordinate_update_size(noise, shaping, antithetic):
                    "antithetic": antithetic, "shaping": shaping, "noise": noise}
         method = make_method("es", policy, options, seed=1)
         before = flat_trainable(policy)
-        norms[absorbs] = method.apply_update(step=0, shaped=shaped)[0]
+        method.tell(step=0, fitness=fitness)
+        norms[absorbs] = method.movement.stats()["update_norm"]
         moves[absorbs] = flat_trainable(policy) - before
     expected = alpha / n * norm_c(shaped, antithetic)
     tolerance = 0.03 if noise == "full" else 0.1  # 87k coordinates; low-rank ones are correlated
@@ -143,7 +146,7 @@ def test_default_step_moves_no_weight_more_than_2_5_percent_of_its_scale(noise):
     n = method.config.population
     fitness = torch.tensor([n - m // 2 if m % 2 == 0 else m // 2 for m in range(n)], dtype=torch.float64)
     before = {name: p.detach().clone() for name, p in method.params}
-    method.apply_update(step=0, shaped=SHAPING[method.config.shaping](fitness))
+    method.tell(step=0, fitness=fitness)
     for name, param in method.params:
         scale = max(before[name].pow(2).mean().sqrt().item(), 0.02)
         assert (param - before[name]).abs().max().item() <= 0.025 * scale, name
@@ -157,10 +160,45 @@ def test_noise_is_keyed_and_differs_between_same_shaped_tensors(noise):
     make = lambda: make_method("es", build_policy(SMALL), {"noise": noise}, seed=11)  # noqa: E731
     method = make()
     q0, q1 = "model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.q_proj.weight"
-    a, b = method.noise(4, 2, q0, (64, 64)), method.noise(4, 2, q1, (64, 64))
+    a, b = method.noise.dense(4, 2, q0, (64, 64)), method.noise.dense(4, 2, q1, (64, 64))
     assert torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1].abs() < 0.08  # 5 std at 4096 draws
-    assert torch.equal(make().noise(4, 2, q0, (64, 64)), a)
-    assert not torch.equal(method.noise(5, 2, q0, (64, 64)), a) and not torch.equal(method.noise(4, 3, q0, (64, 64)), a)
+    assert torch.equal(make().noise.dense(4, 2, q0, (64, 64)), a)
+    assert not torch.equal(method.noise.dense(5, 2, q0, (64, 64)), a) and not torch.equal(method.noise.dense(4, 3, q0, (64, 64)), a)
+
+
+class Transfers(TorchDispatchMode):
+    """Records every op whose tensors (inputs and outputs) lie on more than one device: a copy between devices."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in pytree.tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
+        if len({t.device.type for t in tensors}) > 1:
+            self.seen.append((str(func), sorted({str(t.device) for t in tensors})))
+        return out
+
+
+@pytest.mark.parametrize("noise", ["full", "lowrank"])
+def test_noise_never_leaves_the_parameters_device(noise):
+    """Every parameter on the meta device (shapes without values): a member's perturbation, its restore and the
+    update draw their noise there, so no op copies a tensor between the CPU and the parameters' device (noise
+    drawn on the CPU and moved would). The update's statistics (values) are watched by a stub here."""
+    policy = build_policy(SMALL)
+    policy.model.to("meta")
+    method = make_method("es", policy, {**FAST, "noise": noise}, seed=0)
+    changed = []
+    method.movement = types.SimpleNamespace(begin=lambda: None, add=lambda name, change: changed.append(change))
+    with Transfers() as transfers:
+        for member in range(2):
+            with method.ask(step=0, member=member):
+                pass
+        method.tell(0, torch.tensor([3.0, 0.0, 2.0, 1.0], dtype=torch.float64))
+    assert transfers.seen == []
+    assert len(changed) == len(method.params) and {c.device.type for c in changed} == {"meta"}
+    assert all(p.device.type == "meta" for _, p in method.params)
 
 
 # ---- direction: the ES estimate aligns with a known gradient
@@ -189,10 +227,10 @@ def test_es_estimate_aligns_with_the_gradient_on_a_toy(noise):
     fitness = torch.zeros(512, dtype=torch.float64)
     with torch.no_grad():
         for member in range(512):
-            with method.perturbed(step=0, member=member):
+            with method.ask(step=0, member=member):
                 fitness[member] = objective().item()
     before = flat_trainable(policy)
-    method.apply_update(0, SHAPING["zscore"](fitness))
+    method.tell(0, fitness)
     assert torch.nn.functional.cosine_similarity(flat_trainable(policy) - before, gradient, dim=0) > 0.7
 
 
@@ -281,7 +319,7 @@ def test_two_gloo_processes_reach_the_same_parameters_as_one(tmp_path):
 
 
 def test_tied_pairs_and_cosine_on_constructed_values():
-    from methods.es import cosine, tied_pairs
+    from methods.es_stats import cosine, tied_pairs
 
     assert tied_pairs(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5, 0.0, 0.0], dtype=torch.float64)) == 0.75
     assert tied_pairs(torch.tensor([0.0, 0.125, 0.25, 0.375], dtype=torch.float64)) == 0.0
@@ -362,14 +400,14 @@ def test_relative_noise_perturbs_each_tensor_by_sigma_times_its_rms_and_steps_al
     rms = method.rms()
     method.set_scales(rms, 0)
     before = bits(policy)
-    with method.perturbed(0, 1):
+    with method.ask(0, 1):
         for name, param in method.params:
             if param.numel() >= 4096:  # enough coordinates for a 5% statistical tolerance
                 moved = (param.detach().double() - method.master[name].double()).square().mean().sqrt()
                 assert float(moved) == pytest.approx(0.01 * rms[name], rel=0.05), name
     assert all(torch.equal(before[n], bits(policy)[n]) for n in before)
 
-    shaped = torch.tensor([0.5, -0.5, 0.25, -0.25], dtype=torch.float64)
+    fitness = torch.tensor([3.0, 0.0, 2.0, 1.0], dtype=torch.float64)
     changes = {}
     for scale in ("absolute", "relative"):
         # α = 1: changes far above the rounding of θ + Δθ into fp32
@@ -377,7 +415,7 @@ def test_relative_noise_perturbs_each_tensor_by_sigma_times_its_rms_and_steps_al
                            seed=3)
         twin.set_scales(twin.rms(), 0)
         start = {n: twin.master[n].clone() for n, _ in twin.params}
-        twin.apply_update(0, shaped)
+        twin.tell(0, fitness)
         changes[scale] = {n: twin.master[n] - start[n] for n in start}
     for name, change in changes["relative"].items():
         torch.testing.assert_close(change, changes["absolute"][name] * rms[name], rtol=1e-4, atol=1e-6)
@@ -414,14 +452,14 @@ def test_decayed_step_size_is_the_constant_update_at_the_decayed_alpha():
     the option out keeps the archived config hashes (an ES run registered before it is found again)."""
     from arena.study import load_study
 
-    shaped = torch.tensor([0.5, -0.5, 0.25, -0.25], dtype=torch.float64)
+    fitness = torch.tensor([3.0, 0.0, 2.0, 1.0], dtype=torch.float64)
     for k, step, factor in ((1, 0, 1.0), (1, 3, 0.5), (4, 2, 1.0), (4, 15, 0.5)):
         moved = {}
         for name, options in (("decayed", {"alpha": 0.02, "alpha_decay_from": k}),
                               ("constant", {"alpha": 0.02 * factor})):
             policy = sharpen(build_policy(SMALL), std=0.1)
             method = make_method("es", policy, {**FAST, **options, "weight_decay": 0.01}, seed=0)
-            method.apply_update(step, shaped)
+            method.tell(step, fitness)
             moved[name] = flat_trainable(policy)
         assert torch.equal(moved["decayed"], moved["constant"]), (k, step)
     with pytest.raises(ConfigError, match="alpha_decay_from"):
