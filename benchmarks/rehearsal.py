@@ -222,7 +222,7 @@ def child(study: str, profile: str, model: str, workdir: str, out: str) -> None:
     for owner, attribute, name in ((methods.grpo, "generate", "rollout"), (methods.es, "generate", "rollout"),
                                    (likelihood.Scorer, "__call__", "scoring forward"),
                                    (torch.Tensor, "backward", "backward"), (torch.optim.AdamW, "step", "optimizer"),
-                                   (methods.es.ES, "apply_update", "optimizer"),
+                                   (methods.es.ES, "tell", "optimizer"),
                                    (arena.evaluate, "generate", "evaluation")):
         phases.wrap(owner, attribute, name)
     began = time.perf_counter()
