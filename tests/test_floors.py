@@ -12,14 +12,14 @@ FLOORS = {
     # ground: keyed randomness, config validation, budgets, tracking, progress lines, process plumbing, reward tasks
     # (data and pure functions)
     "arena": 0, "arena.rng": 0, "arena.config": 0, "arena.budget": 0, "arena.tracking": 0, "arena.progress": 0,
-    "arena.processes": 0, "rewards.*": 0,
+    "arena.processes": 0, "arena.memory": 0, "rewards.*": 0,
     # the model: layouts, policy, sampler, tiny model
     "arena.model.*": 1,
     # the optimizers, on the model and nothing above it
     "methods.*": 2,
     # driving: what runs methods against tasks, measures and reports
     "arena.estimator_bench": 3, "arena.evaluate": 3, "arena.study": 3, "arena.runner": 3, "arena.scheduler": 3,
-    "arena.tune.*": 3, "arena.report.*": 3, "arena.profiles": 3, "arena.controls": 3, "arena.archive": 3,
+    "arena.tune.*": 3, "arena.report.*": 3, "arena.profiles": 3, "arena.controls": 3, "arena.archive": 3, "arena.plan": 3, "arena.shards": 3,
     # experiments: variants that studies name by import path and nothing in the packages imports
     "experiments.*": 3,
     # commands: parse, call the floors below, print

@@ -3,6 +3,8 @@ over it, and readers of what a sweep left (its Optuna journal, its MLflow runs).
 from pathlib import Path
 
 import optuna
+import pytest
+import torch
 import yaml
 from mlflow.tracking import MlflowClient
 from optuna.storages.journal import JournalFileBackend
@@ -39,3 +41,13 @@ def mlflow_runs(folder: Path, experiment: str = "tune"):
     runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], max_results=500)
     children = [r for r in runs if r.data.tags.get("arena.arm")]
     return client, children, [r for r in runs if not r.data.tags.get("arena.arm")]
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(STUDY))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tiny model is fastest on one thread, far more so on a loaded machine
+    yield tmp_path
+    torch.set_num_threads(threads)
