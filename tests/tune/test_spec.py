@@ -9,7 +9,7 @@ import yaml
 from arena import tune as tuning
 from arena.cli import main
 from arena.study import StudyError, load_study
-from tune_support import ROOT, STUDY, write_tune, in_tmp  # noqa: F401 (a fixture)
+from tune_support import ROOT, STUDY, write_tune, tune_dir  # noqa: F401 (the fixture in_tmp)
 
 
 def test_tune_file_mistakes_are_reported_at_once_with_their_lines(in_tmp, capsys):

@@ -22,7 +22,7 @@ from arena.tune.sweep import ArmOutcome, snippet
 from arena.tune.trials import Counts
 from arena.cli import main
 from arena.study import validate
-from tune_support import ARMS, STUDY, mlflow_runs, states, trials, write_tune, in_tmp  # noqa: F401 (a fixture)
+from tune_support import ARMS, STUDY, mlflow_runs, states, trials, write_tune, tune_dir  # noqa: F401 (the fixture in_tmp)
 
 
 def test_a_sweep_gives_every_arm_n_trials_as_nested_runs_and_writes_a_snippet_that_validates(in_tmp, capsys):

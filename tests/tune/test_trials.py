@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from arena import tune as tuning
 from arena.cli import main
 from arena.study import StudyError
-from tune_support import ARMS, write_tune, in_tmp  # noqa: F401 (a fixture)
+from tune_support import ARMS, write_tune, tune_dir  # noqa: F401 (the fixture in_tmp)
 
 
 def test_every_arm_gets_the_same_number_of_trials_and_dead_trials_are_retried():

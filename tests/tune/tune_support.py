@@ -42,8 +42,8 @@ def mlflow_runs(folder: Path, experiment: str = "tune"):
     children = [r for r in runs if r.data.tags.get("arena.arm")]
     return client, children, [r for r in runs if not r.data.tags.get("arena.arm")]
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
+@pytest.fixture(name="in_tmp")  # imported by the tune tests: a second conftest.py would shadow tests/conftest.py
+def tune_dir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(STUDY))
