@@ -1,14 +1,20 @@
 import contextlib
 import datetime
 import json
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
 import torch.distributed as dist
+import yaml
 
 from arena.model.tiny import TinyConfig, build_policy
 from arena.processes import leave_process_group
 from arena.rng import torch_generator
+
+if TYPE_CHECKING:  # mlflow is imported by the tests that read a store, not by every test
+    from mlflow.tracking import MlflowClient
 
 SMALL = TinyConfig(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, block_size=4, sub_block=2)
 
@@ -90,3 +96,50 @@ def write_records(tmp_path, suffix: str, rows: list[dict]):
 
         pd.DataFrame(rows).to_parquet(path)
     return path
+
+# The small study every whole-study test runs (tests/test_runner.py first), and readers of what it left in MLflow.
+STUDY = {
+    "name": "e2e",
+    "task": {"name": "noisy_arithmetic", "levels": [1, 2]},
+    "train": {"prompts_per_step": 4},
+    "evaluation": {"prompts": 12, "samples": 2, "points": 3, "max_new_tokens": 8, "alphas": [0.25, 0.5],
+                   "primary_alpha": 0.5},
+    "budget": {"unit": "samples", "amount": 32},
+    "seeds": [0, 1],
+    "controls": [],  # on by default; the tests that are about them list them
+    "arms": {
+        "block_grpo": {"method": "block_grpo", "options": {"lr": 1e-4, "group_size": 4, "max_new_tokens": 8}},
+        "es": {"method": "es", "options": {"population": 4, "max_new_tokens": 8, "sigma": 0.01, "alpha": 0.01}},
+    },
+}
+MARKS = [0, 16, 32]
+
+
+def write(tmp_path: Path, study: dict, name: str = "study.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(study))
+    return path
+
+
+def client_for(tmp_path: Path) -> "MlflowClient":
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def children(client: "MlflowClient", study: str):
+    """The study's (arm runs, other runs: invocations and controls) in the store."""
+    experiment = client.get_experiment_by_name(study)
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    return [r for r in runs if r.data.tags.get("arena.arm")], [r for r in runs if not r.data.tags.get("arena.arm")]
+
+
+def steps(client: "MlflowClient", run_id: str, key: str) -> list[int]:
+    return [m.step for m in client.get_metric_history(run_id, key)]
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return tmp_path

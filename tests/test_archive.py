@@ -15,7 +15,7 @@ from arena.cli import main
 from arena.report.records import read_results
 from arena.study import load_study
 from arena.tracking import Tracker
-from test_runner import STUDY, children, write
+from conftest import STUDY, children, write
 
 STUDY_WITH_CONTROL = {**STUDY, "seeds": [0], "controls": ["frozen"]}
 

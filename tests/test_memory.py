@@ -10,7 +10,7 @@ from arena.model.tiny import build_policy
 from conftest import SMALL, digit_share, sharpen
 from methods import grpo, likelihood
 from methods.base import make_method
-from test_runner import MARKS, STUDY, children, client_for, in_tmp, steps, write  # noqa: F401  (in_tmp: a fixture)
+from conftest import MARKS, STUDY, children, client_for, steps, write
 
 TORCH_SAYS = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from arena.cli import main
-from test_runner import MARKS, STUDY, children, client_for, write
+from conftest import MARKS, STUDY, children, client_for, write
 
 ROOT = Path(__file__).resolve().parents[1]
 # noisy_arithmetic, whose reward raises at the N-th call of a process when $ARENA_TEST_REWARD_FAILS_AT=N

@@ -9,7 +9,7 @@ import ray
 import torch
 
 from arena.cli import main
-from test_runner import MARKS, STUDY, children, client_for, write
+from conftest import MARKS, STUDY, children, client_for, write
 
 TESTS = Path(__file__).parent
 

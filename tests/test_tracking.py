@@ -281,7 +281,7 @@ def test_round_trip_through_a_tracking_server(server, tmp_path, monkeypatch):
 
     # and a whole study through the same server: `arena run --tracking-uri http://...`
     from arena.cli import main
-    from test_runner import STUDY, write
+    from conftest import STUDY, write
 
     work = tmp_path / "work"
     work.mkdir()

@@ -9,7 +9,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from optuna.storages.journal import JournalFileBackend
 
-from test_runner import STUDY as RUNNER_STUDY
+from conftest import STUDY as RUNNER_STUDY
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = {**RUNNER_STUDY, "name": "small", "seeds": [0]}  # tests/test_runner.py's small study, one seed
