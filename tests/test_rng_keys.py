@@ -14,6 +14,7 @@ import arena.model.tiny
 import arena.report.stats
 import arena.runner
 import methods.es
+import methods.es_noise
 import methods.grpo
 import methods.likelihood
 from arena import rng
@@ -129,7 +130,7 @@ def test_the_prompt_bootstrap_is_keyed_by_twelve_and_the_draw(monkeypatch):
 
 
 def test_es_keys(monkeypatch, tiny_policy):
-    seen = record(monkeypatch, methods.es)
+    seen = record(monkeypatch, methods.es, methods.es_noise)  # the noise kinds draw, the method decodes
     method = make_method("es", tiny_policy, {"population": 2, "prompts_per_member": 1, "max_new_tokens": 4,
                                              "trainable": "subset",
                                              "trainable_names": ["norm"]}, seed=6)
