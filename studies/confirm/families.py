@@ -10,10 +10,11 @@ and within the question's family, and whether the verdict changes. ES across bud
 of another kind (non-inferiority at every budget mark, its own family) and the matched sign checks are judged
 within their study (their family: the arms against sharpening); both are left out here.
 """
+import dataclasses
 import sys
 from pathlib import Path
 
-from arena.report import comparison, stats
+from arena.report import comparison
 from arena.report.records import ReportError, read_results
 from arena.study import load_study
 from arena.tracking import Tracker
@@ -46,17 +47,18 @@ def main(uri: str) -> None:
     rows = comparisons(uri)
     for question in dict.fromkeys(row["question"] for row in rows):
         family = [row for row in rows if row["question"] == question]
-        p = stats.adjust([row["found"].p for row in family], "holm")
-        tost = stats.adjust([row["found"].tost for row in family], "holm")
+        analyses = {(row["analysis"].margin, row["analysis"].level) for row in family}
+        assert len(analyses) == 1, f"{question}: its studies registered different margins or levels {analyses}"
+        # one family: comparison.judge, the study's own rule, over every study's differences for this question
+        judged = comparison.judge({i: row["found"].difference for i, row in enumerate(family)},
+                                  dataclasses.replace(family[0]["analysis"], correction="holm"))
         print(f"\n{question}: {len(family)} comparisons, Holm over them")
-        for row, p_question, tost_question in zip(family, p, tost):
-            c, analysis = row["found"], row["analysis"]
-            across = stats.verdict(p_question, tost_question, analysis.level, analysis.margin)
-            d = c.difference
+        for i, row in enumerate(family):
+            c, across, d = row["found"], judged[i], row["found"].difference
             print(f"  {row['study']:26s} {row['arm']:22s} {d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]  p {c.p:.4f}"
-                  f"  study {c.p_adjusted:.4f}  question {p_question:.4f}  TOST study {c.tost_adjusted:.4f}"
-                  f"  question {tost_question:.4f}  {c.verdict}" + ("" if across == c.verdict else f" -> {across}"))
-
+                  f"  study {c.p_adjusted:.4f}  question {across.p_adjusted:.4f}  TOST study {c.tost_adjusted:.4f}"
+                  f"  question {across.tost_adjusted:.4f}  {c.verdict}"
+                  + ("" if across.verdict == c.verdict else f" -> {across.verdict}"))
 
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "sqlite:///mlflow.db")
