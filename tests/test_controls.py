@@ -162,3 +162,11 @@ def test_matched_decoding_applies_the_sharpen_rule_to_each_arm_and_is_zero_for_a
     assert metric(trained.run_id, "matched/eval/tail_reward") == pytest.approx(
         lower_cvar(arrays(trained.run_id, matched_artifact(0))["end"].mean(axis=1), SPEC.primary_alpha))
     assert "At matched decoding" in printed and "over sharpen at τ" in printed
+
+    # the final-gain figure draws each trained arm at its own τ too: the matched table's tail gain
+    from arena.report.comparison import write_study_report
+    report = write_study_report(study, tracker, tmp_path / "report", log=False)
+    drawn = {line.get_label(): line.get_xdata()[0] for line in report.figures["final_tail_gain"].axes[0].lines}
+    assert {arm: drawn[f"{arm} at τ"] for arm in ("still", "trained")} == {
+        arm: matched[arm].tail_gain.value for arm in ("still", "trained")}
+    assert "own best temperature" in report.captions["final_tail_gain"]

@@ -379,8 +379,10 @@ def levels_figure(results: Results, x: str, colors: dict[str, str], labels: dict
     return figures.levels_figure(panels, colors, labels), caption
 
 
-def gain_figure(results: Results, rows: list[tables.Row], colors: dict[str, str], labels: dict[str, str]):
-    """The dots are the table's rows: the whisker is exactly the tail gain's interval in summary.md and table.tex."""
+def gain_figure(results: Results, rows: list[tables.Row], matched: list[tables.MatchedRow], colors: dict[str, str],
+                labels: dict[str, str]):
+    """The dots are the table's rows: the whisker is exactly the tail gain's interval in summary.md and table.tex;
+    the diamonds are the matched table's tail gain at each arm's own τ."""
     statistic = statistics(results.study)["tail"]  # each seed's gain, averaged over the draws the interval pools
     dots = [Dot(r.arm, r.tail_gain.value, r.tail_gain.low, r.tail_gain.high,
                 stats.seed_gains(results.pooled(r.arm), statistic).mean(axis=1)) for r in rows]
@@ -395,8 +397,13 @@ def gain_figure(results: Results, rows: list[tables.Row], colors: dict[str, str]
                     f"{', '.join(map(str, pooled))}.")
     else:
         caption += "One seed per arm: no interval; open circles: each seed's gain."
+    at_tau = {row.arm: row.tail_gain for row in matched if row.tail_gain is not None}
+    if at_tau:
+        caption += (" Open diamond above a trained arm: its tail gain at its own best temperature τ, chosen on "
+                    "training prompts by the sharpen control's rule (summary.md, \"at matched decoding\"), same "
+                    "interval; the sharpen control's dot is the start model at its own τ.")
     xlabel = f"tail gain at the end of the budget (α = {alpha:g})"
-    return figures.dot_figure(dots, colors, labels, xlabel), caption
+    return figures.dot_figure(dots, colors, labels, xlabel, at_tau), caption
 
 
 def profile_figure(results: Results, colors: dict[str, str], labels: dict[str, str]):
@@ -445,12 +452,13 @@ def write_study_report(study, tracker, directory: Path, x: str | None = None, lo
     colors = figures.arm_colors([*study.arms, *study.controls])  # every arm: colours never shift with missing runs
     labels = study.labels()
     table = rows(results)
+    matched = matched_rows(results, table)
     report = Report(directory, [], {}, table, results)
     with figures.style():
         drawn = {"tail_reward": tail_figure(results, x, colors, labels),
                  "mean_reward": mean_figure(results, x, colors, labels),
                  **({"levels": levels_figure(results, x, colors, labels)} if results.levels else {}),
-                 "final_tail_gain": gain_figure(results, table, colors, labels),
+                 "final_tail_gain": gain_figure(results, table, matched, colors, labels),
                  "tail_profile": profile_figure(results, colors, labels)}
         for name, (figure, caption) in drawn.items():
             report.figures[name], report.captions[name] = figure, caption
@@ -458,7 +466,7 @@ def write_study_report(study, tracker, directory: Path, x: str | None = None, lo
     ranks = rank_rows(results, {r.arm: r.comparison for r in table if r.comparison is not None})
     layout = setup(results)  # rebuilds the evaluation draws (their composition): once for both files
     for name, text in (("summary.md", tables.markdown(table, layout, draw_rows(results, table),
-                                                       matched_rows(results, table), ranks,
+                                                       matched, ranks,
                                                        mark_rows(results, tracker), list(results.marks[1:]))),
                        ("table.tex", tables.latex(table, layout, columns or tables.PAPER_COLUMNS))):
         (directory / name).write_text(text)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from arena.report.stats import Interval
+
 WIDTH = 3.4  # inches: one column of a two-column paper
 FONT = 8  # points, every text of every figure
 OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
@@ -156,9 +158,11 @@ class Dot:
     seeds: np.ndarray
 
 
-def dot_figure(dots: list[Dot], colors: dict[str, str], labels: dict[str, str], xlabel: str):
+def dot_figure(dots: list[Dot], colors: dict[str, str], labels: dict[str, str], xlabel: str,
+               matched: dict[str, Interval] | None = None):
     """Per arm (the first on top): the mean with its 95% interval, each seed as an open circle below it,
-    and a dashed line at zero."""
+    the arm at its own best temperature (``matched``, where it has one) as an open diamond above it, and a
+    dashed line at zero."""
     from matplotlib.ticker import MaxNLocator
 
     figure, axes = _figure(0.75 + 0.32 * len(dots))
@@ -171,11 +175,9 @@ def dot_figure(dots: list[Dot], colors: dict[str, str], labels: dict[str, str], 
         color = colors[dot.arm]
         axis.scatter(dot.seeds, np.full(len(dot.seeds), y - 0.22), s=10, facecolors="none", edgecolors=color,
                      linewidths=0.7, label="_seeds")
-        if np.isfinite(dot.low):
-            axis.errorbar(dot.value, y, xerr=[[dot.value - dot.low], [dot.high - dot.value]], fmt="o",
-                          color=color, markersize=4, capsize=2.5, elinewidth=1.3, label=dot.arm)
-        else:
-            axis.plot(dot.value, y, "o", color=color, markersize=4, label=dot.arm)
+        _whisker(axis, dot, y, color, "o", dot.arm, markerfacecolor=color)
+        if dot.arm in (matched or {}):
+            _whisker(axis, matched[dot.arm], y + 0.26, color, "D", f"{dot.arm} at τ", markerfacecolor="white")
     axis.xaxis.set_major_locator(MaxNLocator(nbins=5))
     axis.xaxis.set_major_formatter(lambda value, _position: f"{value:g}".replace("-", "\N{MINUS SIGN}"))
     axis.set_yticks(positions, [labels[dot.arm] for dot in dots])
@@ -184,6 +186,15 @@ def dot_figure(dots: list[Dot], colors: dict[str, str], labels: dict[str, str], 
     axis.set_ylim(positions.min() - 0.55, positions.max() + 0.45)
     figure.supxlabel(xlabel, fontsize=FONT)  # centred on the page: long arm labels leave the axis narrower than it
     return figure
+
+
+def _whisker(axis, dot: Dot | Interval, y: float, color: str, marker: str, label: str, **style) -> None:
+    """The mean at height ``y`` with its interval (a bare marker where it has none)."""
+    if np.isfinite(dot.low):
+        axis.errorbar(dot.value, y, xerr=[[dot.value - dot.low], [dot.high - dot.value]], fmt=marker, color=color,
+                      markersize=4, capsize=2.5, elinewidth=1.3, label=label, **style)
+    else:
+        axis.plot(dot.value, y, marker, color=color, markersize=4, label=label, **style)
 
 
 def profile_figure(start: np.ndarray, profiles: list[Curve], gains: list[Curve], colors: dict[str, str],
