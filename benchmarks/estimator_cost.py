@@ -10,8 +10,9 @@ compares two paths measured in the same run; times are medians over ``--repeats`
    clean stream, vs K separate packed passes of one draw each (the same estimator: K independent
    draws averaged), forward only and forward + backward. The token ratio is what the layout saves in
    forwarded tokens, (T + K·N) / (K·(T + N)) for T clean and N noisy tokens per stream; on a GPU the
-   measured ratio approached it for K = 2 (research/gpu_anchors.md). Dense masks make attention
-   grow with the square of the packed length, so large K can cost more than it saves. K = 1 runs the
+   measured ratio approached it for K = 2 (0.80 against 0.75; docs/performance.md, the GPU anchors).
+   Dense masks make attention grow with the square of the packed length, so large K can cost more than
+   it saves. K = 1 runs the
    same computation both ways: its ratio shows the timing noise.
 2. The cost per sample of every registered estimator at its default options (``elbo`` also at one draw,
    the baseline of the ratios): packed positions per sequence in its one forward, and the time of that

@@ -11,10 +11,10 @@ against uncached generation; the packed scorer against one dense forward per blo
 step in fp32 on the CPU (gradient / update cosine). Each row states its pass criterion.
 
 Part 2, measurements, on a random model built on the device in bf16 with the exact 7B config
-(shared/research/fast_dllm_v2.md; ``--small``: a tiny config with the 7B's block 32 / sub-block 8), in
+(its config.json's network fields; ``--small``: a tiny config with the 7B's block 32 / sub-block 8), in
 this order (the rows with targets first, so that a short budget still measures them): a bf16 matmul peak
 and a copy bandwidth measured in this run (the floors divide by them); one denoising step (32-token block,
-cached prefix) in ms against shared/research/gpu_anchors.md and the issue's targets; the same step with and
+cached prefix) in ms against the stock-path GPU anchors and the targets (docs/performance.md); the same step with and
 without the sub-block cache (8 of the block's 32 positions forwarded); generation tokens/s
 at batch 1 and 64, threshold 1.0 and 0.9; packed scoring forward and forward+backward tokens/s and MFU;
 the random checkpoint saved in the real on-disk format and one ``arena run`` of a 2-step study on it with
@@ -35,31 +35,21 @@ Every row is guarded: an exception fills that row's note and the script goes on.
 (``--budget-seconds``) skips the rows that remain once it is spent. ``--out DIR`` writes the table as
 ``gpu_check.json`` and ``gpu_check.md`` (docs/performance.md takes the Markdown).
 
-Import chain: everything but the ``arena run`` row runs in this process without MLflow or Optuna (the
-last row checks that neither was imported); ``arena run`` runs as a subprocess and needs MLflow. The
-H200 image has neither (nor network). To carry MLflow there (device README: wheels under ``.whl``,
-ignored by git, named in ``carry``; 64 MiB a call in all), download here, in the repo root:
+Import chain: everything but the ``arena run`` row runs in this process without MLflow or Optuna (the last row,
+"import chain", checks that neither was imported); ``arena run`` and the rehearsal run as subprocesses and need
+MLflow. Without it those two rows say "mlflow not installed" and the rest runs.
 
-    echo /.whl/ >> .git/info/exclude
-    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
-      mlflow-skinny==3.17.2 mlflow-tracing==3.17.2 annotated-types==0.7.0 cachetools==7.3.3 cffi==2.0.0 \
-      cryptography==48.0.0 databricks-sdk==0.162.0 fastapi==0.165.0 gitdb==4.0.12 gitpython==3.2.1 \
-      google-auth==2.63.0 importlib-metadata==9.1.0 opentelemetry-api==1.45.2 opentelemetry-proto==1.45.2 \
-      opentelemetry-sdk==1.45.2 opentelemetry-semantic-conventions==0.66b2 pyasn1==0.6.3 pyasn1-modules==0.4.2 \
-      pycparser==3.0 pydantic==2.13.4 pydantic-core==2.46.4 python-dotenv==1.2.2 smmap==5.0.3 sqlparse==0.6.1 \
-      starlette==1.10.0 typing-inspection==0.4.2 uvicorn==0.54.0
+On a GPU machine (written for one H200, 141 GB; on a smaller GPU the rows that do not fit are skipped or report
+their out-of-memory error, and the rest run), from the repository root:
 
-These 27 wheels (16 MB) are mlflow-skinny, mlflow-tracing and those of their requirements that the device
-image lacks (its package list in /work/.library/device/KINDS.md), pinned to the versions installed here:
-unpinned, pip takes a cachetools that mlflow-skinny refuses. On 2026-12-01 pip's resolver for Python 3.12
-found every other requirement among the image's packages (by name; their versions were not checked). A
-file store needs no database packages. Start the device command with
+    pip install -e .        # arena and its requirements, MLflow included; PyPI's torch is a CUDA build on Linux
+    python benchmarks/gpu.py --out gpu_check 2>&1 | tee gpu_check.log
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
-      && export PYTHONPATH=/tmp/site:$PYTHONPATH;
-
-Without them the ``arena run`` row says "mlflow not installed" and the rest runs.
+It takes about 7 minutes, most of them the ``--budget-seconds`` budget, prints the table as it fills and writes
+it to ``gpu_check/gpu_check.json`` and ``gpu_check/gpu_check.md``. A GPU machine without network: build the wheels
+on a connected machine of the same platform and Python (``pip wheel -w wheels .`` in the repository), copy the
+folder over and ``pip install --no-index --find-links wheels arena`` there; the script imports arena from the
+repository it runs in.
 """
 from __future__ import annotations
 
@@ -99,7 +89,7 @@ from methods.base import make_method  # noqa: E402
 from methods.likelihood import ScoringBatch, estimate, sequence_logprob  # noqa: E402
 from rewards import get_task  # noqa: E402
 
-# The 7B config.json's network fields (shared/research/fast_dllm_v2.md §1); SMALL keeps its block layout.
+# The network fields of the 7B checkpoint's config.json (Qwen2.5-7B's); SMALL keeps its block layout.
 CONFIG_7B = {"vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
              "num_attention_heads": 28, "num_key_value_heads": 4, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
              "max_position_embeddings": 32768, "tie_word_embeddings": False}
@@ -108,7 +98,7 @@ CONFIG_SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers"
                 "tie_word_embeddings": False}  # vocab: the tokenizer's (a 152k-wide head would dominate on a CPU)
 BLOCK, SUB_BLOCK = 32, 8
 
-# shared/research/gpu_anchors.md (H200, stock transformers path) and the issue's targets
+# the GPU anchors (one H200, the stock transformers path) and the targets, both in docs/performance.md
 ANCHOR_STEP_MS = {1: 38.6, 64: 81.7}
 TARGET_STEP_MS = {1: 10.0, 64: 60.0}
 TARGET_MFU, TARGET_ES_SHARE = 0.6, 0.01
@@ -736,7 +726,7 @@ arms:
 
 def arena_run_row(check: Check, group: int, workdir: Path):
     if importlib.util.find_spec("mlflow") is None:
-        return "not run", "", "skipped", "mlflow not installed (the docstring says how to carry its wheels)"
+        return "not run", "", "skipped", "mlflow not installed (pip install mlflow; the docstring says how offline)"
     if "checkpoint" not in check.facts:
         raise RuntimeError("needs the saved checkpoint row")
     data = workdir / "gsm8k.jsonl"
@@ -769,7 +759,7 @@ def rehearsal_row(check: Check, small: bool, workdir: Path):
     """``benchmarks/rehearsal.py`` at the 7B width and full depth (28 layers; ``--small``: tiny widths, one layer, one
     method), every method of the main study an ``arena run`` on the GPU, against ``arena plan``'s peak memory."""
     if importlib.util.find_spec("mlflow") is None:
-        return "not run", "", "skipped", "mlflow not installed (the docstring says how to carry its wheels)"
+        return "not run", "", "skipped", "mlflow not installed (pip install mlflow; the docstring says how offline)"
     from benchmarks import rehearsal
 
     methods = ["block_grpo"] if small else list(rehearsal.METHODS)
