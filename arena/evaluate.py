@@ -1,4 +1,4 @@
-"""The evaluation protocol (DESIGN §7): fixed held-out prompts, k samples each, common random numbers.
+"""The evaluation protocol: fixed held-out prompts, k samples each, common random numbers (docs/studies.md).
 
 Every arm and every evaluation point of a study decodes the same ``N`` held-out prompts with the same
 decoding settings and the same decoding seeds, keyed by (evaluation seed, prompt, sample): the

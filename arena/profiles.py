@@ -10,9 +10,9 @@ for its shared sections (``AT_SECTIONS``): a budget sized for a GPU-hour allowan
 CPU runs in minutes; seeds set there are every arm's at that scale (an arm's own ``seeds`` give way).
 Nothing falls back: a profile names its model; a missing checkpoint is an error.
 
-Method defaults follow the peers' published settings (shared/research/dllm_rl_peers.md, es_llm.md):
-d1 / diffu-GRPO at 7B-8B ran LoRA r=128, α=64, lr 3e-6, ε=0.5, β=0.04, max_grad_norm 0.2, weight
-decay 0.1, group 6, 256 tokens, temperature 0.9; ES at LLM scale (Qiu et al. 2025; es-at-scale)
+Method defaults follow the peers' published settings: d1 / diffu-GRPO (Zhao et al. 2025, arXiv 2504.12216)
+at 7B-8B ran LoRA r=128, α=64, lr 3e-6, ε=0.5, β=0.04, max_grad_norm 0.2, weight decay 0.1, group 6,
+256 tokens, temperature 0.9; ES at LLM scale (Qiu et al. 2025, arXiv 2509.24372, and its code, es-at-scale)
 σ=1e-3, α=σ/2, population 30 (32 here: antithetic pairs), greedy members, z-score shaping.
 """
 from __future__ import annotations

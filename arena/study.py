@@ -1,7 +1,7 @@
 """Study files: the schema, its validation (every mistake at once, with its YAML path and line), and runs.
 
 A study compares arms (optimizers with their options) on shared settings, one variable at a time
-(DESIGN §7). Every section but ``arms`` is optional; the values shown are the defaults (arms: an example)::
+(docs/studies.md). Every section but ``arms`` is optional; the values shown are the defaults (arms: an example)::
 
     # arena run studies/es_vs_blockgrpo.yaml
     name: es_vs_blockgrpo       # default: the file's stem; letters, digits, _ . -

@@ -1,6 +1,6 @@
 """Everything arena writes to (and reads back from) MLflow; the only module of the project that imports mlflow.
 
-Where things land (DESIGN §7):
+Where things land (the user's view: docs/tracking.md):
 
 - an **experiment** per study (created on first use; two processes creating it at once both succeed);
 - a **parent run** per invocation of ``arena run`` or ``arena tune`` (tag ``arena.kind = invocation``; ``parent_run``);

@@ -8,8 +8,8 @@ these flags. A study names the class by import path (``studies/silent_bugs.yaml`
 
 ``SeedBugBlockGRPO`` is block-GRPO (``methods.block_grpo``) whose estimate goes through one seam,
 ``_score``; each bug rewrites what that seam returns, and ``bug: none`` is block-GRPO exactly. The
-post (shared/seed/block-grpo-blog.md, "the bugs were most of the work") describes them, and for each
-the test of DESIGN §4 that catches it is named:
+seed post (docs/design.md, "The seed post") describes them, and for each the property test that catches
+it is named (the properties: docs/design.md, "The tests the design implies"):
 
 - ``boundary_shift``: the first token of each block scored from the logit at its own position instead
   of the one before it (the token shift left out at the block boundary). The clean stream sees its own

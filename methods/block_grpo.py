@@ -2,9 +2,9 @@
 
 The GRPO update of ``methods.grpo`` with one importance ratio per block, ρ_k = exp(ℓ̂_θ,k - ℓ̂_old,k),
 where ℓ̂_k = log p(first token of block k | clean blocks < k) + an estimate of the block's inner
-log-likelihood (``methods.likelihood``, DESIGN §4). Inside a block the estimators follow the sampler's
-sub-blocks (the rollout's, by default the policy's): exact chain across sub-blocks, each estimated with
-the later sub-blocks masked, as the sampler saw them:
+log-likelihood (``methods.likelihood``; the mathematics in docs/design.md). Inside a block the estimators
+follow the sampler's sub-blocks (the rollout's, by default the policy's): exact chain across sub-blocks, each
+estimated with the later sub-blocks masked, as the sampler saw them:
 
 - ``estimator: masked``: each sub-block fully masked, one pass (d1-style inside the sub-block);
 - ``estimator: elbo`` (default): K Monte Carlo draws of the masked-diffusion ELBO (``draws``,
@@ -22,7 +22,7 @@ the later sub-blocks masked, as the sampler saw them:
   ``sub_block_cache: true`` rollouts, whose steps it cannot replay (docs/performance.md).
 
 Masks are fresh every inner iteration and shared by θ, θ_old and the reference within one. The
-idea and the three estimators come from the seed post (shared/seed/block-grpo-blog.md).
+idea and the three estimators come from the seed post (docs/design.md, "The seed post").
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""Log-likelihood estimators of completions under the block-diffusion policy (DESIGN §4).
+"""Log-likelihood estimators of completions under the block-diffusion policy (docs/design.md, "The estimators").
 
 Write ℓ_k = log π(y_k | c, y_<k) for block k. Across blocks the chain rule is exact; inside block k
 the positions G are given (the prompt tail, or the block's first token, decoded AR from the clean
 previous block) and the others are the denoised ones. The sampler denoises a block sub-block by
 sub-block (size S, ``batch.sub_block``, by default the policy's, as the sampler's), left to right,
-with the later sub-blocks masked meanwhile; so ℓ_k is itself a chain over the sub-blocks s of block k
-(DESIGN §4, "Sub-blocks"). With m_s the denoised positions of sub-block s and, for M ⊆ m_s,
+with the later sub-blocks masked meanwhile; so ℓ_k is itself a chain over the sub-blocks s of block k.
+With m_s the denoised positions of sub-block s and, for M ⊆ m_s,
 S_s(M) = Σ_{i∈M} log p(y_i | y_{m_s - M}, earlier sub-blocks clean, later sub-blocks masked):
 
     ELBO_k = log p(first token) + Σ_s ∫_0^1 (1/t) E_{M~Bern(t)^m_s}[S_s(M)] dt  ≤  ℓ_k
@@ -46,7 +46,7 @@ K draws of a block with B/S sub-blocks take K·B/S views). Masks come from gener
 across inner iterations and are identical for θ and θ_old inside one; CPU generators give a prefix
 of the same stream at any length, so a row's masks do not depend on the padded width of its batch
 (tested). The temperature and the sub-block are the sampler's: the likelihood is that of the sampler
-that produced the samples (DESIGN §3).
+that produced the samples (docs/design.md, "The model and its conventions (Fast-dLLM v2)").
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The embedded testbed: addition learned from a noisy teacher, so that RL has something to amplify.
 
-Measured before this task existed (DESIGN §7): a tiny model pretrained on clean answers solves the
-easy prompts and cannot compute the hard ones, so no optimizer moves its tail within a CPU budget.
+Measured before this task existed (docs/testbed.md, "Why a noisy teacher"): a tiny model pretrained on
+clean answers solves the easy prompts and cannot compute the hard ones, so no optimizer moves its tail
+within a CPU budget.
 A real base model instead *holds* the right behaviour at some rate, and RL raises that rate. This
 task builds such a base model: the pretraining teacher writes the correct sum with probability
 q(level) and otherwise a plausible carry error, so the pretrained model samples the right answer

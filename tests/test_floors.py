@@ -1,6 +1,6 @@
 """The floors of the house: imports point down (or sideways within a floor), never up, and no module
 imports itself through a circle. The floor map lives here, once: a new module declares its floor by
-adding its name below, which is where its author learns where it belongs (DESIGN §2)."""
+adding its name below, which is where its author learns where it belongs (docs/design.md, "The floors")."""
 import ast
 from pathlib import Path
 

@@ -1,5 +1,5 @@
 """The seed's silent bugs (``experiments.silent_bugs``) change exactly what they claim, ``bug: none`` is
-block-GRPO bit for bit, and for each bug the DESIGN §4 test that guards the core would reject it."""
+block-GRPO bit for bit, and for each bug the property test that guards the core (docs/design.md) would reject it."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Every attention mask, position id and token shift of arena lives here (DESIGN §3).
+"""Every attention mask, position id and token shift of arena lives here (docs/design.md explains them).
 
 Conventions of Fast-dLLM v2:
 - Blocks are aligned to absolute positions of the whole sequence: block k is [kB, (k+1)B).
@@ -12,7 +12,8 @@ streams over positions [noisy_start, T) (noisy_start is block aligned), all with
 ids as the clean stream. Clean block k attends to clean blocks <= k; noisy block k of stream s
 attends to itself (stream s, bidirectional) and to clean blocks < k. One forward then scores every
 block of every stream: the first token of block k from the clean stream at kB-1, every other
-position j from its own noisy stream at j-1. K noisy streams share one clean stream (DESIGN §4).
+position j from its own noisy stream at j-1. K noisy streams share one clean stream, so that K Monte Carlo
+draws of an estimator cost K noisy streams in one forward, not K forwards.
 
 What a noisy stream shows is a view of the clean sequence with some positions replaced by the mask
 token. Two families of views follow the sampler, which decodes a block sub-block by sub-block, left

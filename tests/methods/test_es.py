@@ -1,4 +1,5 @@
-"""ES (methods/es.py): the pitfalls of research/es_llm.md §5 as tests, plus the update's size,
+"""ES (methods/es.py): the known pitfalls of ES on LLMs as tests (docs/design.md: restore by copy, accumulate
+updates in fp32, key the noise by parameter name), plus the update's size,
 its direction on a toy objective, learning on the tiny model, and two gloo processes = one."""
 import copy
 import math

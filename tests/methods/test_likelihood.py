@@ -1,6 +1,6 @@
-"""Each estimator computes the quantity it claims: DESIGN §4 properties 1-7 against the exact oracle.
+"""Each estimator computes the quantity it claims: the seven properties of docs/design.md against the exact oracle.
 
-The block estimators follow the sampler's sub-block chain (DESIGN §4, "Sub-blocks"). ``tiny_policy``
+The block estimators follow the sampler's sub-block chain (docs/design.md, "The estimators"). ``tiny_policy``
 decodes sub-blocks of 2 in blocks of 4; ``block8`` (sub-blocks of 4 in blocks of 8) has sub-blocks of up
 to 4 denoised positions, so that Gauss-Legendre needs 2 nodes per sub-block where the whole block
 would need 4. The oracle targets are the sub-block-chain quantities unless a test says otherwise.

@@ -1,4 +1,4 @@
-"""Packed [clean | noisy] scoring against scoring every block in its own forward pass (DESIGN §4.2)."""
+"""Packed [clean | noisy] scoring against scoring every block in its own forward pass (property 2 of docs/design.md)."""
 import pytest
 import torch
 
