@@ -74,7 +74,7 @@ def test_the_readmes_python_example_runs_and_prompts_through_the_tokenizer(monke
     original = task_class.prompt
     monkeypatch.setattr(task_class, "prompt", lambda self, example, tokenizer=None: seen.append(tokenizer)
                         or original(self, example, tokenizer))
-    block = re.search(r"Using a method from Python:\n\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    block = re.search(r"## Using a method from Python\n\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     namespace = {}
     exec(block.group(1), namespace)
     assert len(seen) == 8 and all(tokenizer is namespace["policy"].tokenizer for tokenizer in seen)
