@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
 CODE_SPAN = re.compile(r"(`+).+?\1", re.S)
