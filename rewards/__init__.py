@@ -33,7 +33,7 @@ def load_task(name: str, levels: tuple[int, ...] | None = None) -> Task:
 
 
 def _register_builtin() -> None:
-    from rewards import arithmetic, countdown, gsm8k, math500, multi_sum, noisy_arithmetic, sudoku4
+    from rewards import arithmetic, countdown, gsm8k, math500, multi_sum, noisy_arithmetic, sudoku4, swap_sums
 
     TASKS.add("arithmetic", arithmetic.ArithmeticTask)
     TASKS.add("countdown", countdown.CountdownTask)
@@ -42,6 +42,7 @@ def _register_builtin() -> None:
     TASKS.add("multi_sum", multi_sum.MultiSumTask)
     TASKS.add("noisy_arithmetic", noisy_arithmetic.NoisyArithmeticTask)
     TASKS.add("sudoku4", sudoku4.Sudoku4Task)
+    TASKS.add("swap_sums", swap_sums.SwapSumsTask)
 
 
 _register_builtin()
