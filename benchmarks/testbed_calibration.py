@@ -10,13 +10,15 @@ Run from the repository root, single-threaded (``OMP_NUM_THREADS=1``). The study
 on). The sharpening control picks the temperature with the best tail on the *train* split and reports
 its tail gain on the held-out split against temperature 1, the studies' evaluation temperature: what
 decoding alone buys, with no training. Per-part accuracy splits multi_sum's parts by whether the sum
-carries (where the teacher's mode is the dropped carry) or not.
+carries (where the teacher's mode is the dropped carry, or for swap_sums the swapped digits) or not;
+swap_sums adds the share of carry parts written swapped and the mean reward per level.
 """
 from __future__ import annotations
 
 import argparse
 import time
 
+import numpy as np
 import torch
 
 from arena.evaluate import Evaluator, lower_cvar
@@ -26,20 +28,31 @@ from rewards import load_task
 
 
 def part_accuracy(evaluator: Evaluator, evaluation) -> dict[str, float]:
-    """multi_sum's parts right, split by carry; empty for other tasks."""
-    from rewards.multi_sum import part_results
+    """multi_sum's and swap_sums' parts right, split by carry, and swap_sums' carry parts written swapped (its
+    teacher's wrong mode) and mean reward per level; empty for other tasks."""
+    from rewards.multi_sum import part_answer, part_results
 
-    if evaluator.task.name != "multi_sum":
+    if evaluator.task.name not in ("multi_sum", "swap_sums"):
         return {}
     k = evaluation.rewards.shape[1]
     right = {"carry": [0, 0], "no carry": [0, 0]}
+    swapped, levels = [0, 0], {}
     for row, sample in enumerate(evaluation.completions):
         example = evaluator.examples[row // k]
-        for total, ok in zip(example["sums"], part_results(sample["completion"], example)):
+        levels.setdefault(example["difficulty"], []).append(evaluation.rewards[row // k, row % k])
+        written = sample["completion"].strip().split(";")
+        for i, (total, ok) in enumerate(zip(example["sums"], part_results(sample["completion"], example))):
             kind = right["carry" if total >= 10 else "no carry"]
             kind[0] += ok
             kind[1] += 1
-    return {f"{kind} parts": hits / count for kind, (hits, count) in right.items()}
+            if total >= 10:
+                swapped[0] += i < len(written) and written[i] == part_answer(total)[::-1] != part_answer(total)
+                swapped[1] += 1
+    out = {f"{kind} parts": hits / count for kind, (hits, count) in right.items() if count}
+    if evaluator.task.name == "swap_sums":
+        out["carry swapped"] = swapped[0] / max(swapped[1], 1)
+        out.update({f"level {level}": float(np.mean(v)) for level, v in sorted(levels.items())})
+    return out
 
 
 def measure(policy, task, split: str, seed: int, temperature: float, max_new_tokens: int) -> dict[str, float]:

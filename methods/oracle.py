@@ -106,6 +106,17 @@ class OracleSubBlock:
     elbo: float  # analytic ELBO of this sub-block's random-order likelihood
     exact: float  # exact log-probability of this sub-block under the random-order sampler
 
+    @property
+    def marginal(self) -> float:
+        """Σ_i log p(y_i | the whole sub-block masked): the product of single-position marginals (``masked``'s term)."""
+        return sum(self.cond[frozenset()].values())
+
+    @property
+    def dependence(self) -> float:
+        """exact - marginal: what the joint knows beyond the marginals, in nats (0 for a product distribution;
+        averaged over the model's own samples, the sub-block's total correlation)."""
+        return self.exact - self.marginal
+
 
 def sub_block_chain(policy, prefix: list[int], block: list[int], masked: list[int], sub_block: int,
                     temperature: float = 1.0) -> list[OracleSubBlock]:
