@@ -102,8 +102,9 @@ def _command(commands, name: str, summary: str, description: str, example: str, 
 
 
 def _add_model(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="tiny", metavar="tiny|tiny-multiblock|PATH|HUB_ID",
-                        help="'tiny' or 'tiny-multiblock' (the embedded models), a Fast-dLLM v2 checkpoint directory, "
+    parser.add_argument("--model", default="tiny", metavar="tiny|tiny-multiblock|tiny-inblock|PATH|HUB_ID",
+                        help="'tiny', 'tiny-multiblock' or 'tiny-inblock' (the embedded models), a Fast-dLLM v2 "
+                             "checkpoint directory, "
                              "or a hub id (default: tiny)")
 
 
@@ -111,12 +112,13 @@ def add_pretrain(commands) -> None:
     parser = _command(
         commands, "pretrain", "rebuild an embedded tiny model and compare it with the shipped one",
         "Train an embedded tiny model from scratch on its pretraining task (tiny: noisy-teacher\n"
-        "arithmetic; tiny-multiblock: eleven one-digit sums in blocks of 16), save it, and compare\n"
+        "arithmetic; tiny-multiblock: eleven one-digit sums in blocks of 16; tiny-inblock: neighbour sums\n"
+        "whose wrong mode swaps their digits, in blocks of 32), save it, and compare\n"
         "its held-out reward per difficulty level with the shipped checkpoint's (within 3 binomial\n"
         "standard errors, when both come from the same recipe).",
         "arena pretrain --out /tmp/tiny\n  arena pretrain --model tiny-multiblock --out /tmp/tiny-multiblock",
         cmd_pretrain)
-    parser.add_argument("--model", default="tiny", metavar="tiny|tiny-multiblock",
+    parser.add_argument("--model", default="tiny", metavar="tiny|tiny-multiblock|tiny-inblock",
                         help="which embedded model to rebuild (default: tiny)")
     parser.add_argument("--steps", type=positive_int, default=None, metavar="N",
                         help="training steps (default: the model's recipe)")

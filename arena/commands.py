@@ -22,6 +22,10 @@ def cmd_pretrain(args) -> None:
     path = args.out or cache_root() / f"{args.model}-{config.digest()}"
     report = pretrain(config, path, progress=not args.quiet)
     print(f"{args.model} model built in {report['seconds']:.0f} s (config {report['digest']}): {path}")
+    if not (embedded(args.model)[1] / "pretrain.json").is_file():
+        print(f"no {args.model} checkpoint ships yet: nothing to compare with ({report['heldout_greedy']} greedy, "
+              f"{report['heldout_sampled']} sampled)")
+        return
     shipped = shipped_report(args.model)
     same_config = shipped.get("digest") == report["digest"]
     measure = "exact match" if config.task == "noisy_arithmetic" else "mean reward"

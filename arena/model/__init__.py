@@ -2,7 +2,7 @@
 
 Imports point down only: ``layout`` <- ``policy`` <- ``sampler`` <- ``tiny``; this package's
 ``load_policy`` sits above them all and is the one entry point that knows the embedded models' names
-(``tiny``, ``tiny-multiblock``: ``arena.model.tiny.MODELS``).
+(``tiny``, ``tiny-multiblock``, ``tiny-inblock``: ``arena.model.tiny.MODELS``).
 """
 from __future__ import annotations
 

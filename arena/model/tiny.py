@@ -19,7 +19,10 @@ that the model holds the right answer at a rate RL can raise (the testbed; docs/
 
 A second recipe, ``tiny-multiblock``, trains the same network at Fast-dLLM v2's in-block geometry
 (blocks of 16, sub-blocks of 8) on ``rewards.multi_sum``: eleven one-digit sums per prompt whose
-completion spans three blocks, from a teacher whose mode is the dropped carry (docs/testbed.md).
+completion spans three blocks, from a teacher whose mode is the dropped carry (docs/testbed.md). A third,
+``tiny-inblock``, trains it at blocks of 32 with sub-blocks of 8 on ``rewards.swap_sums``, whose teacher
+writes each part right or with its two digits swapped: tokens inside a sub-block strongly dependent. Its
+checkpoint does not ship yet (``arena pretrain --model tiny-inblock`` builds it; docs/testbed.md).
 
 One checkpoint per recipe for everyone: the pretrained models ship inside the package
 (``tiny_checkpoint/``, ``tiny_multiblock_checkpoint/``, each with its config digest and held-out
@@ -81,6 +84,9 @@ MODELS = {
     # Fast-dLLM v2's in-block geometry; 48 examples a step keep a step's tokens near the first recipe's
     "tiny-multiblock": (TinyConfig(block_size=16, sub_block=8, batch=48, task="multi_sum", level_weights=(1.0,)),
                         Path(__file__).parent / "tiny_multiblock_checkpoint"),
+    # blocks of 32, sub-blocks of 8 (Fast-dLLM v2's); every sequence fits two blocks (64 tokens), as above
+    "tiny-inblock": (TinyConfig(block_size=32, sub_block=8, batch=48, task="swap_sums", level_weights=(1.0, 1.0, 1.0)),
+                     Path(__file__).parent / "tiny_inblock_checkpoint"),
 }
 
 

@@ -86,8 +86,22 @@ def test_a_stale_shipped_checkpoint_is_refused(monkeypatch):
     monkeypatch.setitem(tiny.MODELS, "tiny", (TinyConfig(steps=7), tiny.MODELS["tiny"][1]))
     with pytest.raises(CheckpointError, match="arena pretrain --model tiny --out"):
         tiny.shipped_checkpoint()
-    with pytest.raises(CheckpointError, match="unknown embedded model 'tiny-x'; known: tiny, tiny-multiblock"):
+    with pytest.raises(CheckpointError, match="unknown embedded model 'tiny-x'; known: tiny, tiny-multiblock, tiny-inblock"):
         tiny.shipped_checkpoint("tiny-x")
+
+
+def test_an_embedded_model_that_does_not_ship_yet_says_how_to_build_it(monkeypatch, tmp_path, capsys):
+    """tiny-inblock's recipe is registered before its checkpoint ships: loading it names the rebuild command, and
+    `arena pretrain` builds it and says there is nothing to compare with, instead of failing after training."""
+    from arena.cli import main
+
+    monkeypatch.setitem(tiny.MODELS, "tiny-inblock", (tiny.MODELS["tiny-inblock"][0], tmp_path / "absent"))
+    with pytest.raises(CheckpointError, match="arena pretrain --model tiny-inblock --out"):
+        load_policy("tiny-inblock")
+    report = {"digest": "d", "seconds": 1.0, "heldout_greedy": {"1": 0.5}, "heldout_sampled": {"1": 0.4}}
+    monkeypatch.setattr(tiny, "pretrain", lambda config, path, progress: report)
+    assert main(["pretrain", "--model", "tiny-inblock", "--out", str(tmp_path / "built"), "--quiet"]) == 0
+    assert "no tiny-inblock checkpoint ships yet: nothing to compare with" in capsys.readouterr().out
 
 
 def test_rebuild_comparison_flags_only_differences_beyond_noise():
