@@ -73,6 +73,16 @@ def table_columns(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def task_name(text: str) -> str:
+    """A registered task or 'package.module:Name' (built when the command runs)."""
+    from rewards import TASKS
+
+    if ":" in text or text in TASKS.factories:
+        return text
+    raise argparse.ArgumentTypeError(f"expected a task ({', '.join(sorted(TASKS.factories))}) or "
+                                     f"package.module:Name, got {text!r}")
+
+
 positive_int_list = _checked(lambda text: [int(part) for part in text.split(",")], lambda v: all(k >= 1 for k in v),
                              "positive integers separated by commas")
 
@@ -170,7 +180,7 @@ def add_sample(commands) -> None:
 def add_estimators(commands) -> None:
     parser = _command(
         commands, "estimators", "bias, spread and cost of every likelihood estimator",
-        "Sample completions of held-out arithmetic prompts (temperature 1, random unmasking\n"
+        "Sample completions of held-out prompts of --task (temperature 1, random unmasking\n"
         "order, the model's own sub-blocks), score each with every likelihood estimator and\n"
         "setting (ar, d1, block masked, Monte Carlo ELBO, Gauss-Legendre, EBPO, trajectory) under\n"
         "--repeats independent mask keys, and compare with the sampler's sub-block-chain ELBO:\n"
@@ -179,7 +189,10 @@ def add_estimators(commands) -> None:
         "arena estimators --prompts 8 --draws 1,4 --nodes 2 --out /tmp/estimators", cmd_estimators)
     _add_model(parser)
     parser.add_argument("--prompts", type=positive_int, default=32, metavar="N",
-                        help="held-out arithmetic prompts, one completion each (default: %(default)s)")
+                        help="held-out prompts, one completion each (default: %(default)s)")
+    parser.add_argument("--task", type=task_name, default="arithmetic", metavar="NAME",
+                        help="the task whose prompts the model completes, at its own levels; e.g. swap_sums for "
+                             "tiny-inblock (default: %(default)s)")
     parser.add_argument("--draws", type=positive_int_list, default=[1, 2, 4, 8], metavar="K,K,...",
                         help="Monte Carlo ELBO draws per block; antithetic forms use the even ones (default: 1,2,4,8)")
     parser.add_argument("--nodes", type=positive_int_list, default=[1, 2, 3, 4], metavar="N,N,...",

@@ -64,10 +64,14 @@ def cmd_estimators(args) -> None:
     from arena import report
     from arena.estimator_bench import measure
     from arena.model import load_policy
-    from rewards import get_task
+    from arena.config import ConfigError
+    from rewards import load_task
 
+    try:
+        task = load_task(args.task)
+    except ConfigError as error:
+        raise UserError(f"--task: {error.problems[0].message}") from None
     policy = load_policy(args.model)
-    task = get_task("arithmetic")
     examples = task.examples("heldout", n=args.prompts, seed=args.seed)
     prompts = [policy.encode(task.prompt(e, policy.tokenizer)) for e in examples]
     measured = measure(policy, prompts, args.draws, args.nodes, args.repeats, args.max_new_tokens, args.seed)

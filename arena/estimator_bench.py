@@ -2,8 +2,8 @@
 
 This module measures; ``arena.report`` renders the records (table, figure, files).
 
-The model samples completions of held-out prompts (the arithmetic task, through the model's chat
-template if it has one) with the sampler whose likelihood the block estimators target: temperature
+The model samples completions of held-out prompts (``arena estimators --task``, arithmetic by default,
+through the model's chat template if it has one) with the sampler whose likelihood the block estimators target: temperature
 1, uniformly random unmasking order inside each sub-block, the policy's own sub-block size (as the
 rollouts use it), its decoding steps recorded for the ``trajectory`` estimator. Every estimator and
 setting of ``methods.likelihood`` then scores each completion ``repeats`` times under independent

@@ -66,6 +66,7 @@ BAD_ARGUMENTS = [
     ("sample", "--threshold", "0"), ("sample", "--threshold", "1.01"), ("sample", "--max-new-tokens", "0"),
     ("pretrain", "--steps", "0"), ("estimators", "--prompts", "0"), ("estimators", "--draws", "1,x"),
     ("estimators", "--nodes", "0"), ("estimators", "--repeats", "-3"), ("estimators", "--seed", "-1"),
+    ("estimators", "--task", "swap_summs"),
 ]
 
 
