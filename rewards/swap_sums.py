@@ -71,23 +71,27 @@ def block_starts(prompt_length: int, answer_chars: int, block_size: int) -> list
 
 
 def block_start_share(levels: tuple[int, ...], block_size: int) -> dict[str, Fraction]:
-    """Exact share of the block starts inside the answer that land on a reward-relevant or an informative
-    character, over the task's draws (levels equally often, n uniform on ``LENGTHS``; each start counts once).
+    """Exact share of the block starts inside the answer that land on a reward-relevant, an informative, or a
+    wrong-mode character, over the task's draws (levels equally often, n uniform on ``LENGTHS``; each start
+    counts once).
 
     An answer character at index a is a digit when a % 3 < 2; its part's digits are one uniform pair of the
-    level's range, and the digit is informative when that pair's sum is not written the same swapped."""
-    relevant = informative = starts = Fraction(0)
+    level's range; the digit is informative when that pair's sum is not written the same swapped, and
+    wrong-mode when, besides, the sum carries (the teacher's mode is the swap: what training must fix)."""
+    shares = dict.fromkeys(("reward_relevant", "informative", "wrong_mode"), Fraction(0))
+    starts = Fraction(0)
     for level, n in itertools.product(levels, LENGTHS):
         lo, hi = DIGIT_RANGES[level]
-        pairs = [(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1)]
-        differs = Fraction(sum(part_answer(a + b) != swapped(a + b) for a, b in pairs), len(pairs))
+        totals = [a + b for a in range(lo, hi + 1) for b in range(lo, hi + 1)]
+        differs = [total for total in totals if part_answer(total) != swapped(total)]
         weight = Fraction(1, len(levels) * len(LENGTHS))
         for index in block_starts(2 * n, answer_length(n), block_size):
             starts += weight
             if index % PART < 2:
-                relevant += weight
-                informative += weight * differs
-    return {"reward_relevant": relevant / starts, "informative": informative / starts}
+                shares["reward_relevant"] += weight
+                shares["informative"] += weight * Fraction(len(differs), len(totals))
+                shares["wrong_mode"] += weight * Fraction(sum(total >= 10 for total in differs), len(totals))
+    return {kind: share / starts for kind, share in shares.items()}
 
 
 class SwapSumsTask(Task):

@@ -90,10 +90,11 @@ def test_prompt_lengths_vary_and_every_sequence_fits_two_blocks_of_32():
     assert lengths == {2 * n for n in LENGTHS}
 
 
-def brute_force_share(examples, block_size: int) -> tuple[float, float]:
+def brute_force_share(examples, block_size: int) -> tuple[float, float, float]:
     """Walk each prompt + answer text; at every position that is a multiple of the block size inside the answer,
-    is the character a digit (reward-relevant), and does it change when its part is swapped (informative)?"""
-    relevant = informative = starts = 0
+    is the character a digit (reward-relevant), does it change when its part is swapped (informative), and is
+    its part, besides, a sum of two digits that reaches 10 (wrong-mode)?"""
+    relevant = informative = wrong = starts = 0
     for example in examples:
         prompt, parts = task.prompt(example), example["answer"].split(";")
         for position in range(0, len(prompt) + len(example["answer"]), block_size):
@@ -105,8 +106,10 @@ def brute_force_share(examples, block_size: int) -> tuple[float, float]:
             if offset < 2:
                 relevant += 1
                 swapped = ";".join(p[::-1] if i == part else p for i, p in enumerate(parts))
-                informative += swapped[index] != example["answer"][index]
-    return relevant / starts, informative / starts
+                changes = swapped[index] != example["answer"][index]
+                informative += changes
+                wrong += changes and example["digits"][part] + example["digits"][part + 1] > 9
+    return relevant / starts, informative / starts, wrong / starts
 
 
 @pytest.mark.parametrize("levels", [(1, 2, 3), (2,), (3,)])
@@ -114,11 +117,13 @@ def test_the_share_of_block_starts_on_informative_tokens_matches_brute_force(lev
     share = block_start_share(levels, 32)
     assert share["reward_relevant"] == Fraction(2, 3)  # 4 of the 6 prompt lengths put position 32 on a digit
     examples = load_task("swap_sums", levels).examples("train", n=3000, seed=5)
-    relevant, informative = brute_force_share(examples, 32)
-    for counted, exact in ((relevant, share["reward_relevant"]), (informative, share["informative"])):
+    counted_shares = brute_force_share(examples, 32)
+    for counted, exact in zip(counted_shares, (share["reward_relevant"], share["informative"], share["wrong_mode"])):
         stderr = float(exact * (1 - exact) / len(examples)) ** 0.5
         assert abs(counted - float(exact)) < 4 * stderr, (counted, float(exact))
     assert block_start_share((1, 2, 3), 32)["informative"] == Fraction(31, 50)
+    # by hand: 2/3 on a digit, times the carry pairs whose swap differs: none, (45 - 8)/100, 23/25
+    assert block_start_share((1, 2, 3), 32)["wrong_mode"] == Fraction(2, 3) * (0 + Fraction(37, 100) + Fraction(23, 25)) / 3
 
 
 def test_splits_are_disjoint_by_a_hash_of_the_whole_prompt_and_draws_are_distinct():
