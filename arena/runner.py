@@ -462,10 +462,14 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
 
 def require_weights(model: str) -> None:
     """Before an invocation starts anything (no MLflow run yet): a model that is missing, or is no Fast-dLLM v2
-    checkpoint by its config and tokenizer, is one error (CheckpointError), never a fallback to other weights."""
-    from arena.model.tiny import MODELS
+    checkpoint by its config and tokenizer, is one error (CheckpointError), never a fallback to other weights; an
+    embedded model whose checkpoint is absent or stale (one that does not ship yet) is one error too, naming its
+    rebuild command."""
+    from arena.model.tiny import MODELS, shipped_checkpoint
 
-    if model not in MODELS:
+    if model in MODELS:
+        shipped_checkpoint(model)
+    else:
         from arena.model.policy import check_checkpoint
 
         check_checkpoint(model)

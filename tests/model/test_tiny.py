@@ -91,8 +91,9 @@ def test_a_stale_shipped_checkpoint_is_refused(monkeypatch):
 
 
 def test_an_embedded_model_that_does_not_ship_yet_says_how_to_build_it(monkeypatch, tmp_path, capsys):
-    """tiny-inblock's recipe is registered before its checkpoint ships: loading it names the rebuild command, and
-    `arena pretrain` builds it and says there is nothing to compare with, instead of failing after training."""
+    """tiny-inblock's recipe is registered before its checkpoint ships: loading it names the rebuild command,
+    `arena pretrain` builds it and says there is nothing to compare with, instead of failing after training, and
+    `arena run` refuses a study on it with that one error before it opens a store or starts a run."""
     from arena.cli import main
 
     monkeypatch.setitem(tiny.MODELS, "tiny-inblock", (tiny.MODELS["tiny-inblock"][0], tmp_path / "absent"))
@@ -102,6 +103,11 @@ def test_an_embedded_model_that_does_not_ship_yet_says_how_to_build_it(monkeypat
     monkeypatch.setattr(tiny, "pretrain", lambda config, path, progress: report)
     assert main(["pretrain", "--model", "tiny-inblock", "--out", str(tmp_path / "built"), "--quiet"]) == 0
     assert "no tiny-inblock checkpoint ships yet: nothing to compare with" in capsys.readouterr().out
+    study = tmp_path / "study.yaml"
+    study.write_text("model: tiny-inblock\ntask: {name: swap_sums}\narms: {a: {method: grpo}}\n")
+    assert main(["run", str(study), "--workdir", str(tmp_path / "w"), "--tracking-uri", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert "tiny-inblock checkpoint is missing" in err and "Traceback" not in err and not (tmp_path / "m").exists()
 
 
 def test_rebuild_comparison_flags_only_differences_beyond_noise():
