@@ -68,14 +68,13 @@ def part_results(completion: str, example: dict) -> list[bool]:
     return [i < len(written) and written[i] == part_answer(total) for i, total in enumerate(example["sums"])]
 
 
-class MultiSumTask(Task):
-    name = "multi_sum"
-    reward_range = (0.0, 1.0)
+class NeighbourSumsTask(Task):
+    """What the neighbour-sum tasks share: the prompt (digits and ``=``), the partial-credit reward and exact
+    match, the split draws, and a teacher that writes each part independently (the subclass's ``teacher_part``,
+    ``_draw`` and ``levels``)."""
 
-    def __init__(self, levels: tuple[int, ...] = (DIGITS - 1,)):
-        if tuple(levels) != (DIGITS - 1,):
-            raise ValueError(f"multi_sum: the only level is {DIGITS - 1} (the number of sums), got {list(levels)}")
-        self.levels = tuple(levels)
+    reward_range = (0.0, 1.0)
+    levels: tuple[int, ...]
 
     def reward(self, completion: str, example: dict) -> float:
         results = part_results(completion, example)
@@ -89,20 +88,38 @@ class MultiSumTask(Task):
         text = " ".join(str(d) for d in example["digits"]) + "="
         return text if tokenizer is None else chat_prompt(text, tokenizer)
 
-    def make(self, digits: list[int]) -> dict:
-        totals = sums(digits)
-        return {"digits": digits, "sums": totals, "answer": ";".join(part_answer(t) for t in totals),
-                "difficulty": len(totals)}
-
     def examples(self, split: str, n: int | None = None, seed: int = 0, source: str | None = None) -> list[dict]:
-        """``n`` distinct prompts (default 64) of ``split``, deterministic in ``seed``."""
+        """``n`` distinct prompts (default 64) of ``split``, balanced over the levels, deterministic in ``seed``."""
         if source is not None:
             raise ValueError(f"{self.name}: items are generated from the seed; 'source' is not supported")
         return generate_split(self.name, split, 64 if n is None else n, seed, self.levels, self._draw)
 
     def teacher_answer(self, example: dict, rng: np.random.Generator) -> str:
         """The pretraining target: every part written by the noisy teacher, independently."""
-        return ";".join(teacher_part(total, rng) for total in example["sums"])
+        return ";".join(self.teacher_part(total, rng) for total in example["sums"])
+
+    def teacher_part(self, total: int, rng: np.random.Generator) -> str:
+        raise NotImplementedError
+
+    def _draw(self, rng, level: int) -> dict:
+        raise NotImplementedError
+
+
+class MultiSumTask(NeighbourSumsTask):
+    name = "multi_sum"
+
+    def __init__(self, levels: tuple[int, ...] = (DIGITS - 1,)):
+        if tuple(levels) != (DIGITS - 1,):
+            raise ValueError(f"multi_sum: the only level is {DIGITS - 1} (the number of sums), got {list(levels)}")
+        self.levels = tuple(levels)
+
+    def make(self, digits: list[int]) -> dict:
+        totals = sums(digits)
+        return {"digits": digits, "sums": totals, "answer": ";".join(part_answer(t) for t in totals),
+                "difficulty": len(totals)}
+
+    def teacher_part(self, total: int, rng: np.random.Generator) -> str:
+        return teacher_part(total, rng)
 
     def _draw(self, rng, level: int) -> dict:
         digits = [int(d) for d in rng.integers(0, 10, size=DIGITS)]

@@ -18,7 +18,7 @@ Design (the spec; the measured numbers are in docs/testbed.md):
 - answer: the n-1 sums, each two digits least-significant first (``8`` -> ``"80"``, ``15`` ->
   ``"51"``), joined by ``;``: 3n-4 characters and the stop token; prompt and answer take 5n-3 <= 62
   positions, so every sequence fits two blocks of 32 (sub-blocks of 8, Fast-dLLM v2's geometry);
-- reward: the fraction of parts right (``multi_sum.part_results``); ``exact_match`` as a metric;
+- reward: the fraction of parts right; ``exact_match`` as a metric (both ``multi_sum.NeighbourSumsTask``'s);
 - levels (the hard subset): the digits' range. Level 1: digits 0-4, no sum carries (the teacher's
   mode is right everywhere); level 2: digits 0-9, 45 of 100 pairs carry; level 3: digits 5-9, every
   sum carries (the mode is wrong on every part but 11, whose swap is itself);
@@ -38,9 +38,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from rewards.base import Task, chat_prompt
-from rewards.data import generate_split
-from rewards.multi_sum import part_answer, part_results, sums
+from rewards.multi_sum import NeighbourSumsTask, part_answer, sums
 
 LENGTHS = tuple(range(8, 14))  # digits per prompt, uniform
 DIGIT_RANGES = {1: (0, 4), 2: (0, 9), 3: (5, 9)}  # level -> inclusive digit range
@@ -94,9 +92,8 @@ def block_start_share(levels: tuple[int, ...], block_size: int) -> dict[str, Fra
     return {kind: share / starts for kind, share in shares.items()}
 
 
-class SwapSumsTask(Task):
+class SwapSumsTask(NeighbourSumsTask):
     name = "swap_sums"
-    reward_range = (0.0, 1.0)
 
     def __init__(self, levels: tuple[int, ...] = tuple(DIGIT_RANGES)):
         unknown = [level for level in levels if level not in DIGIT_RANGES]
@@ -104,32 +101,13 @@ class SwapSumsTask(Task):
             raise ValueError(f"swap_sums: levels must be among {list(DIGIT_RANGES)} (the digits' range), got {list(levels)}")
         self.levels = tuple(levels)
 
-    def reward(self, completion: str, example: dict) -> float:
-        results = part_results(completion, example)
-        return sum(results) / len(results)
-
-    def sample_metrics(self, completion: str, example: dict) -> dict[str, float]:
-        """Per-sample metrics besides the reward, averaged by the evaluator: all parts right."""
-        return {"exact_match": float(all(part_results(completion, example)))}
-
-    def prompt(self, example: dict, tokenizer=None) -> str:
-        text = " ".join(str(d) for d in example["digits"]) + "="
-        return text if tokenizer is None else chat_prompt(text, tokenizer)
-
     def make(self, digits: list[int], level: int) -> dict:
         totals = sums(digits)
         return {"digits": digits, "sums": totals, "answer": ";".join(part_answer(t) for t in totals),
                 "difficulty": level}
 
-    def examples(self, split: str, n: int | None = None, seed: int = 0, source: str | None = None) -> list[dict]:
-        """``n`` distinct prompts (default 64) of ``split``, balanced over the levels, deterministic in ``seed``."""
-        if source is not None:
-            raise ValueError(f"{self.name}: items are generated from the seed; 'source' is not supported")
-        return generate_split(self.name, split, 64 if n is None else n, seed, self.levels, self._draw)
-
-    def teacher_answer(self, example: dict, rng: np.random.Generator) -> str:
-        """The pretraining target: every part written by the noisy teacher, independently."""
-        return ";".join(teacher_part(total, rng) for total in example["sums"])
+    def teacher_part(self, total: int, rng: np.random.Generator) -> str:
+        return teacher_part(total, rng)
 
     def _draw(self, rng, level: int) -> dict:
         lo, hi = DIGIT_RANGES[level]

@@ -18,13 +18,9 @@ digit_lists = st.lists(st.integers(0, 9), min_size=min(LENGTHS), max_size=max(LE
 
 
 def oracle_reward(completion: str, digits: list[int]) -> float:
-    """Independent of the module: read each part back as a number written least-significant first."""
-    parts = completion.strip().split(";")
-    right = 0
-    for i in range(len(digits) - 1):
-        part = parts[i] if i < len(parts) else ""
-        right += len(part) == 2 and part.isdigit() and int(part[::-1]) == digits[i] + digits[i + 1]
-    return right / (len(digits) - 1)
+    """Independent of the module: count the parts equal to the sum zero-padded to two digits, then reversed."""
+    parts = completion.strip().split(";") + [""] * len(digits)
+    return sum(parts[i] == f"{a + b:02d}"[::-1] for i, (a, b) in enumerate(zip(digits, digits[1:]))) / (len(digits) - 1)
 
 
 @given(digit_lists, st.integers(0, 2**32))
