@@ -10,8 +10,10 @@ exact oracle (``methods.oracle``: enumeration of the sub-block's 2^m mask sets, 
 the exact random-order log-probability and the sum of the single-position marginals with the whole sub-block
 masked (the ``masked`` estimator's term); their difference is the sub-block's dependence. Its mean over the
 model's samples estimates the sub-block's total correlation: 0 for a model that writes every position
-independently, log 2 for a pair of fair coins that always agree. Printed per level and for sub-blocks of at
-least two denoised positions (a single position has none), with a 95% interval over sub-blocks.
+independently, log 2 for a pair of fair coins that always agree. Printed per level, with a 95% interval over
+sub-blocks, for the sub-blocks of at least two denoised positions (``all``; a single position has none) and for
+those with at least two in the answer or at its stop token (``text``; the others pad the block with stop
+tokens).
 """
 from __future__ import annotations
 
@@ -26,13 +28,19 @@ from methods.oracle import completion_blocks
 from rewards import load_task
 
 
-def sub_block_dependences(policy, prompts: list[list[int]], completions: list[list[int]]) -> list[list[dict]]:
-    """Per completion, one record per sub-block holding denoised positions: its size, exact and marginal terms."""
+def sub_block_dependences(policy, prompts: list[list[int]], completions: list[list[int]],
+                          lengths: list[int]) -> list[list[dict]]:
+    """Per completion, one record per sub-block holding denoised positions: how many, how many of them hold the
+    text (the answer and its stop token; the rest pad the block with more stop tokens), the exact and marginal terms."""
     out = []
-    for prompt, completion in zip(prompts, completions):
-        out.append([{"positions": len(part.masked), "exact": part.exact, "marginal": part.marginal,
-                     "dependence": part.dependence}
-                    for block in completion_blocks(policy, prompt, completion) for part in block.parts])
+    for prompt, completion, length in zip(prompts, completions, lengths):
+        records = []
+        for block in completion_blocks(policy, prompt, completion):
+            for part in block.parts:
+                text = sum(block.index * policy.block_size + i < len(prompt) + length for i in part.masked)
+                records.append({"positions": len(part.masked), "text": text, "exact": part.exact,
+                                "marginal": part.marginal, "dependence": part.dependence})
+        out.append(records)
     return out
 
 
@@ -59,16 +67,17 @@ def main(argv: list[str] | None = None) -> None:
     examples = task.examples("heldout", n=args.prompts, seed=args.seed)
     prompts = [policy.encode(task.prompt(e)) for e in examples]
     generation = sample_completions(policy, prompts, args.max_new_tokens, args.seed)
-    records = sub_block_dependences(policy, prompts, generation.tokens)
+    records = sub_block_dependences(policy, prompts, generation.tokens, generation.lengths)
     rewards = [task.reward(text, e) for text, e in zip(generation.texts, examples)]
     print(f"{args.model} on {args.task}: block {policy.block_size}, sub-block {policy.sub_block}, "
           f"{len(examples)} held-out prompts, one sample each at T = 1 (random order), mean reward {np.mean(rewards):.3f}")
-    print(f"{'level':>6} {'sub-blocks':>10} {'dependence (nats per sub-block, 95%)':>40} {'exact':>8} {'marginal':>9}")
-    for level in [*task.levels, "all"]:
-        rows = [r for e, rs in zip(examples, records) if level == "all" or e["difficulty"] == level for r in rs
-                if r["positions"] >= 2]
-        print(f"{level!s:>6} {len(rows):>10} {interval([r['dependence'] for r in rows]):>40} "
-              f"{np.mean([r['exact'] for r in rows]):>8.3f} {np.mean([r['marginal'] for r in rows]):>9.3f}")
+    print(f"{'level':>6} {'where':>5} {'sub-blocks':>10} {'dependence (nats per sub-block, 95%)':>40} {'exact':>8} {'marginal':>9}")
+    for where, least in (("all", "positions"), ("text", "text")):
+        for level in [*task.levels, "all"]:
+            rows = [r for e, rs in zip(examples, records) if level == "all" or e["difficulty"] == level for r in rs
+                    if r[least] >= 2]
+            print(f"{level!s:>6} {where:>5} {len(rows):>10} {interval([r['dependence'] for r in rows]):>40} "
+                  f"{np.mean([r['exact'] for r in rows]):>8.3f} {np.mean([r['marginal'] for r in rows]):>9.3f}")
     print(f"({time.perf_counter() - began:.0f} s; first samples: {generation.texts[:3]})")
 
 
