@@ -8,7 +8,9 @@ held-out prompt with the sampler the block estimators target (temperature 1, ran
 sub-block: ``arena.estimator_bench.sample_completions``). For every sub-block of every completion block, the
 exact oracle (``methods.oracle``: enumeration of the sub-block's 2^m mask sets, later sub-blocks masked) gives
 the exact random-order log-probability and the sum of the single-position marginals with the whole sub-block
-masked (the ``masked`` estimator's term); their difference is the sub-block's dependence. Its mean over the
+masked (the ``masked`` estimator's term); their difference is the sub-block's dependence, and the masked
+estimator's error against the exact term is its negative. The analytic sub-block ELBO (the ``elbo``, ``ebpo`` and
+Gauss-Legendre estimators' common target) is printed beside it as its gap to the exact term (at most 0). Its mean over the
 model's samples estimates the sub-block's total correlation: 0 for a model that writes every position
 independently, log 2 for a pair of fair coins that always agree. Printed per level, with a 95% interval over
 sub-blocks, for the sub-blocks of at least two denoised positions (``all``; a single position has none) and for
@@ -39,7 +41,7 @@ def sub_block_dependences(policy, prompts: list[list[int]], completions: list[li
             for part in block.parts:
                 text = sum(block.index * policy.block_size + i < len(prompt) + length for i in part.masked)
                 records.append({"positions": len(part.masked), "text": text, "exact": part.exact,
-                                "marginal": part.marginal, "dependence": part.dependence})
+                                "marginal": part.marginal, "dependence": part.dependence, "elbo": part.elbo})
         out.append(records)
     return out
 
@@ -71,12 +73,14 @@ def main(argv: list[str] | None = None) -> None:
     rewards = [task.reward(text, e) for text, e in zip(generation.texts, examples)]
     print(f"{args.model} on {args.task}: block {policy.block_size}, sub-block {policy.sub_block}, "
           f"{len(examples)} held-out prompts, one sample each at T = 1 (random order), mean reward {np.mean(rewards):.3f}")
-    print(f"{'level':>6} {'where':>5} {'sub-blocks':>10} {'dependence (nats per sub-block, 95%)':>40} {'exact':>8} {'marginal':>9}")
+    print(f"{'level':>6} {'where':>5} {'sub-blocks':>10} {'dependence (nats per sub-block, 95%)':>40} "
+          f"{'ELBO - exact (95%)':>32} {'exact':>8} {'marginal':>9}")
     for where, least in (("all", "positions"), ("text", "text")):
         for level in [*task.levels, "all"]:
             rows = [r for e, rs in zip(examples, records) if level == "all" or e["difficulty"] == level for r in rs
                     if r[least] >= 2]
             print(f"{level!s:>6} {where:>5} {len(rows):>10} {interval([r['dependence'] for r in rows]):>40} "
+                  f"{interval([r['elbo'] - r['exact'] for r in rows]):>32} "
                   f"{np.mean([r['exact'] for r in rows]):>8.3f} {np.mean([r['marginal'] for r in rows]):>9.3f}")
     print(f"({time.perf_counter() - began:.0f} s; first samples: {generation.texts[:3]})")
 
