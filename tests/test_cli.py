@@ -60,6 +60,24 @@ def test_estimators_command_writes_the_report(checkpoint, capsys, tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {"estimators.json", "estimators.md", "estimators.png"}
 
 
+def test_estimators_samples_the_prompts_of_the_named_task(checkpoint, monkeypatch, tmp_path):
+    """--task picks the prompts the model completes (the task it was trained on), at the task's own levels."""
+    import arena.estimator_bench
+    from rewards import get_task
+
+    class Measured(Exception):
+        pass
+
+    def measure(policy, prompts, *args):
+        raise Measured([policy.tokenizer.decode(p) for p in prompts])
+
+    monkeypatch.setattr(arena.estimator_bench, "measure", measure)
+    with pytest.raises(Measured) as measured:
+        main(["estimators", "--model", str(checkpoint), "--task", "swap_sums", "--prompts", "3", "--out", str(tmp_path)])
+    task = get_task("swap_sums")
+    assert measured.value.args[0] == [task.prompt(e) for e in task.examples("heldout", n=3, seed=0)]
+
+
 BAD_ARGUMENTS = [
     ("sample", "--n", "0"), ("sample", "--n", "two"), ("sample", "--seed", "-1"), ("sample", "--temperature", "-1"),
     ("sample", "--temperature", "nan"), ("sample", "--top-p", "0"), ("sample", "--top-p", "1.5"),
