@@ -15,6 +15,7 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
+from arena.budget import mark_of
 from arena.config import StudyError
 from arena.processes import run_in_slots
 from arena.profiles import apply_profile
@@ -120,7 +121,7 @@ def objective(trial: optuna.Trial, arm: str, worker: Worker) -> float:
                 tracker.finish(previous.run_id, "FAILED")
         _share_start(worker.shared, folder, run)
         curve = Curve(trial, tune.objective, tracker, identity, i * span,
-                      int(round(span)) if i == len(runs) - 1 else None,
+                      mark_of(span) if i == len(runs) - 1 else None,
                       run.budget_unit + (f" of seed {run.seed}" if len(runs) > 1 else ""))
         outcome = execute(run, study, tracker, worker.parent_id, folder, worker.device, worker.position, False,
                           worker.progress, curve, extra)
