@@ -273,7 +273,7 @@ def cmd_tune(args) -> None:
     if args.dry_run:
         print(tuning.describe_tune(spec, args.workdir))
         return
-    placement = Placement.auto(args.jobs, args.devices, len(spec.arms) * spec.trials_per_arm)
+    placement = Placement.auto(args.jobs, args.devices, len(spec.tuned) * spec.trials_per_arm)
     result = tuning.sweep(spec, placement, args.tracking_uri, args.workdir, args.out or Path("reports") / spec.name)
     if result.gave_up:
         raise UserError("stopped after as many failed trials as --trials-per-arm: " + "; ".join(

@@ -330,13 +330,14 @@ class Stop(Exception):
 
 def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: str | None = None,
             position: int = 0, force: bool = False, progress: bool = True, on_evaluation=None,
-            tags: dict[str, str] | None = None) -> Outcome:
+            tags: dict[str, str] | None = None, caches: Path | None = None) -> Outcome:
     """Run (or resume, or skip) one (arm, seed) of ``study``; everything it measures goes to ``tracker``.
 
     ``on_evaluation(mark, metrics)``, if given, is called after each evaluation point is logged (the
     metrics without their ``eval/`` prefix); it may raise ``Stop``. ``tags`` (a tuner's ``arena.tune``,
-    ``arena.trial``) go on the run and, with the run's identity, find it again. In a run across processes
-    every rank calls it, the ranks other than 0 with a ``NullTracker`` and no progress bar.
+    ``arena.trial``) go on the run and, with the run's identity, find it again. ``caches``: where the starting
+    evaluations are shared (``start_cache``; default ``workdir``, a tuner's: across its trials' folders). In a
+    run across processes every rank calls it, the ranks other than 0 with a ``NullTracker`` and no progress bar.
     """
     from arena.model import load_policy
 
@@ -356,9 +357,10 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     evaluator = Evaluator(task, run.evaluation, policy.tokenizer, run.task.source)
     say = functools.partial(announce, f"{run.arm} seed {run.seed}", enabled=progress)
     with out_of_memory("the starting evaluation", "its start", "evaluation"):
-        start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, run), say)
+        caches = workdir if caches is None else caches
+        start, hard = starting_evaluation(evaluator, policy, start_cache(caches, run), say)
         extra = Evaluator.final_draws(task, run.evaluation, policy.tokenizer, run.task.source)
-        extra_starts = draw_starts(extra, policy, workdir, run, say)  # before any step or resume loads weights
+        extra_starts = draw_starts(extra, policy, caches, run, say)  # before any step or resume loads weights
 
     if action == "resume":
         try:
