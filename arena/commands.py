@@ -290,7 +290,8 @@ def cmd_export(args) -> None:
         counts = export_study(Tracker(uri, study.tracking.experiment), study, args.to)
     except ArchiveError as error:
         raise UserError(str(error)) from None
-    print(f"{study.name}: {counts.written} runs written to {args.to}, {counts.present} there already")
+    print(f"{study.name}: {counts.written} run{'s' if counts.written != 1 else ''} written to {args.to}, "
+          f"{counts.present} there already")
 
 
 def cmd_import(args) -> None:
@@ -302,7 +303,8 @@ def cmd_import(args) -> None:
         counts = import_archives(args.source, uri)
     except ArchiveError as error:
         raise UserError(str(error)) from None
-    print(f"{args.source}: {counts.written} runs imported into {uri}, {counts.present} there already")
+    print(f"{args.source}: {counts.written} run{'s' if counts.written != 1 else ''} imported into {uri}, "
+          f"{counts.present} there already")
 
 
 def _check_port_free(port: int) -> None:
