@@ -66,7 +66,12 @@ def evaluation_points(amount: float, points: int) -> list[float]:
     return [amount * j / (points - 1) for j in range(points)]
 
 
+def mark_of(amount: float) -> int:
+    """The metric step of a budget ``amount``: rounded to the nearest integer, as every run, control, tune and
+    report logs and reads it."""
+    return int(round(amount))
+
+
 def marks(amount: float, points: int) -> list[int]:
-    """The metric steps of the ``points`` evaluation points up to ``amount``: each point rounded to the nearest
-    integer, as every run, control and report logs and reads them."""
-    return [int(round(point)) for point in evaluation_points(amount, points)]
+    """The metric steps of the ``points`` evaluation points up to ``amount``."""
+    return [mark_of(point) for point in evaluation_points(amount, points)]

@@ -281,7 +281,7 @@ def cmd_tune(args) -> None:
     if args.dry_run:
         print(tuning.describe_tune(spec, args.workdir))
         return
-    placement = Placement.auto(args.jobs, args.devices, len(spec.arms) * spec.trials_per_arm)
+    placement = Placement.auto(args.jobs, args.devices, len(spec.tuned) * spec.trials_per_arm)
     result = tuning.sweep(spec, placement, args.tracking_uri, args.workdir, args.out or Path("reports") / spec.name)
     if result.gave_up:
         raise UserError("stopped after as many failed trials as --trials-per-arm: " + "; ".join(
@@ -298,7 +298,8 @@ def cmd_export(args) -> None:
         counts = export_study(Tracker(uri, study.tracking.experiment), study, args.to)
     except ArchiveError as error:
         raise UserError(str(error)) from None
-    print(f"{study.name}: {counts.written} runs written to {args.to}, {counts.present} there already")
+    print(f"{study.name}: {counts.written} run{'s' if counts.written != 1 else ''} written to {args.to}, "
+          f"{counts.present} there already")
 
 
 def cmd_import(args) -> None:
@@ -310,7 +311,8 @@ def cmd_import(args) -> None:
         counts = import_archives(args.source, uri)
     except ArchiveError as error:
         raise UserError(str(error)) from None
-    print(f"{args.source}: {counts.written} runs imported into {uri}, {counts.present} there already")
+    print(f"{args.source}: {counts.written} run{'s' if counts.written != 1 else ''} imported into {uri}, "
+          f"{counts.present} there already")
 
 
 def _check_port_free(port: int) -> None:

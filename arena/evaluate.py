@@ -11,7 +11,7 @@ r_ij the reward of sample j of prompt i:
 - ``zero_share``: the share of prompts with p_i = 0; ``pass_at_k`` (binary rewards): the mean over
   prompts of Chen et al.'s unbiased 1 - C(k-c_i, k)/C(k, k) with n = k, i.e. "any of the k right";
 - per-level means where the task has difficulty levels;
-- the task's own per-sample metrics where it defines ``sample_metrics(completion, example)`` (a dict
+- the task's own per-sample metrics, where its ``sample_metrics(completion, example)`` gives any (a dict
   of numbers, e.g. ``multi_sum``'s exact match beside its partial-credit reward): each averaged over
   all samples, with its gain against the start;
 - the hard subset: the ceil(h N) prompts with the lowest per-prompt reward under the *starting*
@@ -88,8 +88,7 @@ class Evaluator:
         self.examples = distinct_examples(task, self.spec, source, self.prompt_seed, sized_by)
         self.texts = [task.prompt(e, tokenizer) for e in self.examples]
         self.levels = [e.get("difficulty") for e in self.examples]
-        lo, hi = getattr(task, "reward_range", (0.0, 1.0))
-        self.binary = (lo, hi) == (0.0, 1.0)
+        self.binary = tuple(task.reward_range) == (0.0, 1.0)
 
     @classmethod
     def final_draws(cls, task, spec, tokenizer=None, source: str | None = None) -> list["Evaluator"]:
@@ -151,7 +150,7 @@ class Evaluator:
             levels = np.array([-1 if level is None else level for level in self.levels])
             for level in sorted(set(levels.tolist()) - {-1}):
                 out[f"level{level}_mean_reward"] = float(p[levels == level].mean())
-        if hasattr(self.task, "sample_metrics") and now.completions and start.completions:
+        if now.completions and start.completions:
             then = self.sample_means(start)
             for name, value in self.sample_means(now).items():
                 out[name], out[f"{name}_gain"] = value, value - then[name]
@@ -194,7 +193,6 @@ def distinct_examples(task, spec, source: str | None, seed: int, sized_by: str =
     """``spec.prompts`` distinct items of ``spec.split`` (asked of the task as ``distinct=True`` where its
     ``examples`` takes it); EvaluationError naming ``sized_by`` (the study key that asked) when they are not to be
     had."""
-    name = getattr(task, "name", type(task).__name__)
     strata = [(task, spec.prompts)] if spec.level_shares is None else level_strata(task, spec.level_shares, spec.prompts)
     examples = []
     for part, count in strata:
@@ -205,7 +203,7 @@ def distinct_examples(task, spec, source: str | None, seed: int, sized_by: str =
             raise EvaluationError(f"{sized_by}: {spec.prompts} distinct prompts are not to be had: {error}") from None
     texts = [task.prompt(e) for e in examples]
     if len(examples) < spec.prompts or len(set(texts)) < len(texts):
-        raise EvaluationError(f"{sized_by}: task {name!r} gave {len(set(texts))} distinct prompts of the "
+        raise EvaluationError(f"{sized_by}: task {task.name!r} gave {len(set(texts))} distinct prompts of the "
                               f"{spec.prompts} asked for on the {spec.split} split; ask for at most that many")
     return examples
 
@@ -223,13 +221,11 @@ def level_counts(shares, n: int) -> list[tuple[int, int]]:
 def level_strata(task, shares, n: int) -> list[tuple[object, int]]:
     """A stratified draw's parts: the task at one level each (built as its class with ``levels=(level,)``), with
     its number of prompts. Each part's items are keyed by (seed, split, level, item), as in a balanced draw."""
-    name = getattr(task, "name", type(task).__name__)
-    known = getattr(task, "levels", None)
-    if known is None:
-        raise EvaluationError(f"evaluation.level_shares: task {name!r} has no difficulty levels to stratify")
-    unknown = [level for level, _ in shares if level not in known]
+    if task.levels is None:
+        raise EvaluationError(f"evaluation.level_shares: task {task.name!r} has no difficulty levels to stratify")
+    unknown = [level for level, _ in shares if level not in task.levels]
     if unknown:
-        raise EvaluationError(f"evaluation.level_shares: level(s) {unknown} are not among the task's levels {list(known)}")
+        raise EvaluationError(f"evaluation.level_shares: level(s) {unknown} are not among the task's levels {list(task.levels)}")
     return [(type(task)(levels=(level,)), count) for level, count in level_counts(shares, n)]
 
 
@@ -239,12 +235,11 @@ class RewardError(RuntimeError):
 
 def checked_reward(task, example: dict, prompt: str, completion: str) -> float:
     """``task.reward`` with a named error instead of an exception or a NaN deep inside a run."""
-    name = getattr(task, "name", type(task).__name__)
     try:
         value = float(task.reward(completion, example))
     except Exception as error:
-        raise RewardError(f"task {name!r}: reward raised {type(error).__name__}: {error} "
+        raise RewardError(f"task {task.name!r}: reward raised {type(error).__name__}: {error} "
                           f"(prompt {prompt!r}, completion {completion!r})") from error
     if not math.isfinite(value):
-        raise RewardError(f"task {name!r}: reward returned {value} (prompt {prompt!r}, completion {completion!r})")
+        raise RewardError(f"task {task.name!r}: reward returned {value} (prompt {prompt!r}, completion {completion!r})")
     return value

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from arena.budget import Consumption, Meter, evaluation_points, marks
+from arena.budget import Consumption, Meter, evaluation_points, mark_of, marks
 from arena.config import digest
 from arena.evaluate import DRAW_METRICS, Evaluation, Evaluator, RewardError, checked_reward, choose_temperature
 from arena.memory import deterministic_kernels, out_of_memory
@@ -318,9 +318,9 @@ def train_prompts(task, policy, run, step: int) -> tuple[list[dict], list[list[i
     return examples, [policy.encode(t) for t in texts], texts
 
 
-def resumed_from(state: Checkpoint, points: list[float]) -> str:
+def resumed_from(state: Checkpoint, steps: list[int]) -> str:
     """Where a rerun resumes a run that stopped now: its last checkpoint (``save``), at the last evaluation mark."""
-    return f"its checkpoint at evaluation mark {int(round(points[state.point - 1]))}" if state.point else "its start"
+    return f"its checkpoint at evaluation mark {steps[state.point - 1]}" if state.point else "its start"
 
 
 class Stop(Exception):
@@ -330,13 +330,14 @@ class Stop(Exception):
 
 def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: str | None = None,
             position: int = 0, force: bool = False, progress: bool = True, on_evaluation=None,
-            tags: dict[str, str] | None = None) -> Outcome:
+            tags: dict[str, str] | None = None, caches: Path | None = None) -> Outcome:
     """Run (or resume, or skip) one (arm, seed) of ``study``; everything it measures goes to ``tracker``.
 
     ``on_evaluation(mark, metrics)``, if given, is called after each evaluation point is logged (the
     metrics without their ``eval/`` prefix); it may raise ``Stop``. ``tags`` (a tuner's ``arena.tune``,
-    ``arena.trial``) go on the run and, with the run's identity, find it again. In a run across processes
-    every rank calls it, the ranks other than 0 with a ``NullTracker`` and no progress bar.
+    ``arena.trial``) go on the run and, with the run's identity, find it again. ``caches``: where the starting
+    evaluations are shared (``start_cache``; default ``workdir``, a tuner's: across its trials' folders). In a
+    run across processes every rank calls it, the ranks other than 0 with a ``NullTracker`` and no progress bar.
     """
     from arena.model import load_policy
 
@@ -356,9 +357,10 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
     evaluator = Evaluator(task, run.evaluation, policy.tokenizer, run.task.source)
     say = functools.partial(announce, f"{run.arm} seed {run.seed}", enabled=progress)
     with out_of_memory("the starting evaluation", "its start", "evaluation"):
-        start, hard = starting_evaluation(evaluator, policy, start_cache(workdir, run), say)
+        caches = workdir if caches is None else caches
+        start, hard = starting_evaluation(evaluator, policy, start_cache(caches, run), say)
         extra = Evaluator.final_draws(task, run.evaluation, policy.tokenizer, run.task.source)
-        extra_starts = draw_starts(extra, policy, workdir, run, say)  # before any step or resume loads weights
+        extra_starts = draw_starts(extra, policy, caches, run, say)  # before any step or resume loads weights
 
     if action == "resume":
         try:
@@ -394,7 +396,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
         while state.point < len(points):
             if state.meter.amount(unit) >= points[state.point]:  # ---- an evaluation point
                 mark = steps[state.point]
-                with out_of_memory(f"evaluation mark {mark}", resumed_from(state, points), "evaluation"):
+                with out_of_memory(f"evaluation mark {mark}", resumed_from(state, steps), "evaluation"):
                     now = start if state.point == 0 else decode(evaluator, policy)
                 metrics = evaluator.metrics(now, start, hard)
                 pending += [(f"eval/{k}", v, mark) for k, v in metrics.items()]
@@ -409,7 +411,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                     tracker.log_npz(run_id, merged_records(gather(decoded)), rollout_artifact(mark))
                     decoded = []
                 if state.point == len(points) - 1:  # the end: the study's other evaluation draws too
-                    with out_of_memory(f"evaluation mark {mark}", resumed_from(state, points), "evaluation"):
+                    with out_of_memory(f"evaluation mark {mark}", resumed_from(state, steps), "evaluation"):
                         pending += other_draws(extra, extra_starts, policy, mark, tracker, run_id)
                 state.point += 1
                 state.rows += pending
@@ -424,7 +426,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                 continue
             examples, prompts, texts = train_prompts(task, policy, run, state.step)
             began = time.perf_counter()
-            with out_of_memory(f"step {state.step}", resumed_from(state, points)):
+            with out_of_memory(f"step {state.step}", resumed_from(state, steps)):
                 result = method.step(prompts, lambda i, text: checked_reward(task, examples[i], texts[i], text),
                                      state.step)
             seconds = time.perf_counter() - began
@@ -438,7 +440,7 @@ def execute(run, study, tracker, parent_id: str | None, workdir: Path, device: s
                 decoded.append((state.step, result.decoding))
             state.meter.seconds += seconds
             state.step += 1
-            mark = int(round(state.meter.amount(unit)))
+            mark = mark_of(state.meter.amount(unit))
             pending += [(f"train/{k}", float(v), mark) for k, v in result.stats.items()]
             shown["step_s"] = f"{seconds:.1f}"
             bar.update(state.meter.amount(unit), **shown)

@@ -15,8 +15,13 @@ class Task:
     """The base of every task: the required members raise until a task defines them; the optional ones have
     their defaults here, so that callers use them directly instead of probing for them."""
 
-    name: str  # shown in error messages
     reward_range: tuple[float, float] = (0.0, 1.0)  # every reward lies in it; (0, 1) with 0/1 rewards adds pass@k
+    levels: tuple[int, ...] | None = None  # the difficulty levels its examples carry, if it has any
+
+    @property
+    def name(self) -> str:
+        """Shown in error messages: a task sets its own (``name = "arithmetic"``); the class's name otherwise."""
+        return type(self).__name__
 
     def reward(self, completion: str, example: dict) -> float:
         raise NotImplementedError(f"{type(self).__name__} defines no reward(completion, example)")

@@ -108,9 +108,9 @@ PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.")
 
 def doc_commands() -> list[tuple[str, list[str]]]:
     """(file:line, arguments) of every `arena ...` (or `python -m arena ...`) command in a ```bash block of
-    docs/*.md, continuation lines joined, `VAR=value` prefixes dropped; commands with placeholders left out."""
+    docs/ (its appendices in docs/results/ too), continuation lines joined, `VAR=value` prefixes dropped; commands with placeholders left out."""
     found = []
-    for doc in sorted((ROOT / "docs").glob("*.md")):
+    for doc in sorted((ROOT / "docs").rglob("*.md")):
         inside, command, start = False, "", 0
         for number, line in enumerate(doc.read_text().splitlines(), 1):
             if line.startswith("```"):
@@ -135,7 +135,7 @@ def doc_commands() -> list[tuple[str, list[str]]]:
                 if words[:3] == ["python", "-m", "arena"]:
                     words = ["arena", *words[3:]]
                 if words[:1] == ["arena"] and not any(PLACEHOLDER.search(w) for w in words):
-                    found.append((f"{doc.name}:{start}", words[1:]))
+                    found.append((f"{doc.relative_to(ROOT / 'docs')}:{start}", words[1:]))
     return found
 
 

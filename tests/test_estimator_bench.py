@@ -6,13 +6,10 @@ The bias checks are z-tests with the report's own stderr: the Monte Carlo ELBO (
 n >= ceil(m_s/2) nodes, m_s <= 2 here) must lie within 5 stderr of the analytic sub-block-chain ELBO. The keys
 are fixed, so the outcome is deterministic; a fresh key would fail with probability about 6e-7 per check.
 """
-import json
-
 import pytest
 
 from arena.cli import build_parser
 from arena.estimator_bench import measure, settings
-from arena.report import write_estimators
 import arena.estimator_bench
 from methods.likelihood import ESTIMATORS
 from rewards import get_task
@@ -106,17 +103,6 @@ def test_settings_follow_the_estimator_table():
         ("elbo", "form=count", 1), ("elbo", "form=count", 3), ("elbo", "form=uniform", 1), ("elbo", "form=uniform", 3),
         ("gauss_legendre", "", 2), ("gauss_legendre", "exact_count", 2), ("ebpo", "", None), ("trajectory", "", None),
     }  # antithetic draws come in pairs: none with K = 1 or 3
-
-
-def test_writes_json_table_and_figure(report, tmp_path):
-    paths = write_estimators(report, tmp_path / "out")
-    assert json.loads(paths["json"].read_text()) == report.records
-    text = paths["md"].read_text()
-    assert "Columns" in text and "**bias ± stderr**" in text and "reference: the analytic sub-block-chain ELBO" in text
-    assert "sub-blocks of 2" in text
-    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| estimator")]
-    assert [row.split(" | ")[:2] for row in rows] == [[f"| {r['estimator']}", r["variant"]] for r in report.records]
-    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_monte_carlo_reference_when_not_enumerated(tiny_policy):

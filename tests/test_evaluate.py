@@ -8,6 +8,7 @@ import pytest
 
 from arena.evaluate import Evaluation, Evaluator, RewardError, checked_reward, lower_cvar, pass_at_k, select_hard
 from arena.study import EvaluationSpec
+from rewards import Task
 
 
 def test_lower_cvar_by_hand():
@@ -33,10 +34,10 @@ def spec(**changes):
     return EvaluationSpec(**{**values, **changes})
 
 
-class Levels:
+class Levels(Task):
     """A stand-in task: four held-out prompts of two levels, reward = the completion as a number."""
 
-    name, reward_range = "levels", (0.0, 1.0)
+    name = "levels"
 
     def examples(self, split, n, seed, source=None):
         return [{"difficulty": 1 + i % 2, "index": i} for i in range(n)]
@@ -207,11 +208,11 @@ def test_level_shares_are_checked_where_the_study_file_gives_them():
             build(EvaluationSpec, {"level_shares": shares})
 
 
-class Digits:
+class Digits(Task):
     """Eight held-out prompts; reward: the share of digits in the completion (many distinct values); every call is
     recorded, to count what each process decoded."""
 
-    name, reward_range = "digits", (0.0, 1.0)
+    name = "digits"
     calls: list[str] = []
 
     def examples(self, split, n, seed, source=None):

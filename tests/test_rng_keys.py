@@ -20,6 +20,7 @@ import methods.likelihood
 from arena import rng
 from arena.study import EvaluationSpec
 from methods.base import make_method
+from rewards import Task
 
 KEYED = ("seed_of", "numpy_generator", "torch_generator")
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,10 +100,22 @@ def test_training_prompts_are_keyed_by_seed_train_prompts_step(monkeypatch):
     assert examples == [{"seed": rng.seed_of(4, 7, 9)}]
 
 
+class Keyed(Task):
+    """A stand-in task whose examples carry the seed they were drawn with."""
+
+    def examples(self, split, n, seed, source=None):
+        return [{"a": i, "seed": seed} for i in range(n)]
+
+    def prompt(self, example, tokenizer=None):
+        return f"{example['a']}="
+
+    def reward(self, completion, example):
+        return 0.0
+
+
 def test_evaluation_keys(monkeypatch):
     seen = record(monkeypatch, arena.evaluate)
-    task = SimpleNamespace(examples=lambda split, n, seed, source: [{"a": i, "seed": seed} for i in range(n)],
-                           prompt=lambda e, tokenizer=None: f"{e['a']}=", reward=lambda text, e: 0.0)
+    task = Keyed()
     spec = EvaluationSpec(seed=3, prompts=2, split="heldout", samples=1, max_new_tokens=4, temperature=1.0,
                           hard_fraction=0.5)
     decoded = []

@@ -9,6 +9,7 @@ import yaml
 
 import arena.study
 import arena.tune
+from arena.config import REQUIRED
 
 # top-level keys whose value in a block is an example or a stand-in, not the field's default (name: the file's
 # stem; reference: null, the first arm, which the dataclass spells "")
@@ -54,7 +55,7 @@ def compare(cls, written: dict, path: str, found: list, mismatches: list) -> Non
             compare(kind, value, where + ".", found, mismatches)
             continue
         default = default_of(fields[key])
-        if default is dataclasses.MISSING:
+        if default is dataclasses.MISSING or REQUIRED in fields[key].metadata:  # a required field shows no default
             continue
         found.append(where)
         if plain(default) != value:

@@ -202,7 +202,7 @@ def draw_at(tracker, results: Results, arm: str, mark: float):
     from arena.report.stats import Draw
 
     runs = results.arms[arm]
-    at = [_arrays(tracker, run.run_id, evaluation_artifact(int(round(mark)), "per_prompt_rewards.npz"))["rewards"]
+    at = [_arrays(tracker, run.run_id, evaluation_artifact(budget.mark_of(mark), "per_prompt_rewards.npz"))["rewards"]
           for run in runs]
     return Draw(np.stack([run.start for run in runs]), np.stack([rewards.mean(axis=1) for rewards in at]), runs[0].hard)
 

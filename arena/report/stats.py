@@ -16,7 +16,7 @@ draws; its variance has two parts, and the 95% interval counts both:
     ν = V² / Σ_arms (s²_arm / S_arm)² / (S_arm - 1)     (Satterthwaite; V_evaluation, from N prompts, as known)
 
 The seed variance measured on one draw also holds the seed x draw interaction, which the bootstrap counts again:
-the interval errs wide by that term / S (a few percent here; tests/test_stats.py measures the coverage). Curves
+the interval errs wide by that term / S (a few percent here; tests/report/test_stats.py measures the coverage). Curves
 (bands over budget) use the seed part only, Student's t, and say so: they are conditional on the evaluation draw.
 Intervals and bands of a reward or a gain are cut to the values it can take (``clipped``); differences are not.
 Controls (``frozen``, ``sharpen``) have no training seed: their seed part is zero, not unknown.

@@ -42,14 +42,15 @@ trial left RUNNING by a dead process (this machine: its pid is gone; another: no
 ``STALE_AFTER`` s) is failed and queued again with its options (``arena.retry_of``), and the retry resumes
 its runs from their checkpoints. The recipe and the details: docs/reporting.md, "Tuning".
 
-In code: ``load_tune(path, profile, trials_per_arm)`` parses and validates (``TuneFile``, each search-space
-entry a ``Distribution``: every problem at once, with its line) and resolves the tune on its base study
-(``Tune``); ``describe_tune(tune, workdir)`` is what ``--dry-run`` prints; ``sweep(tune, placement, uri, workdir,
-out)`` runs and writes ``best.yaml``: each trial is an Optuna objective (``arena.tune.sweep.objective``).
+In code: ``load_tune(path, profile, trials_per_arm)`` parses and validates the file against its base study
+(``Tune``, each search-space entry a ``Distribution``: every problem at once, with its line; ``Tune.settings``:
+the base study as trials run it); ``describe_tune(tune, workdir)`` is what ``--dry-run`` prints; ``sweep(tune,
+placement, uri, workdir, out)`` runs and writes ``best.yaml``: each trial is an Optuna objective
+(``arena.tune.sweep.objective``).
 """
-from arena.tune.spec import Distribution, PrunerSpec, SamplerSpec, Tune, TuneFile, describe_tune, load_tune
+from arena.tune.spec import Distribution, PrunerSpec, SamplerSpec, Tune, describe_tune, load_tune
 from arena.tune.sweep import SweepResult, sweep
 from arena.tune.trials import HOST, STALE_AFTER, TrialSeeded, TuneError, claim, counts, fail_stale, next_arm
 
 __all__ = ["HOST", "STALE_AFTER", "Distribution", "PrunerSpec", "SamplerSpec", "SweepResult", "TrialSeeded", "Tune",
-           "TuneError", "TuneFile", "claim", "counts", "describe_tune", "fail_stale", "load_tune", "next_arm", "sweep"]
+           "TuneError", "claim", "counts", "describe_tune", "fail_stale", "load_tune", "next_arm", "sweep"]

@@ -1,10 +1,11 @@
-"""The tune file: its schema (``TuneFile``, each search-space entry a ``Distribution``), checked on its own and
-against its base study in one ``arena.config.build`` (``load_tune``: every problem at once, with its line); the
-tune it resolves to (``Tune``: the trials' settings on the base study); and what ``arena tune --dry-run`` prints
+"""The tune file: its schema (``Tune``, each search-space entry a ``Distribution``), checked on its own and
+against its base study in one ``arena.config.build`` (``load_tune``: every problem at once, with its line), with
+the trials' settings on the base study; and what ``arena tune --dry-run`` prints
 (``describe_tune``). The schema with its defaults: the package docstring."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,13 +45,12 @@ class PrunerSpec(Section):
                 yield key, f"must be >= 0, got {getattr(self, key)!r}"
         if self.name == "percentile" and not 0 < self.percentile < 100:
             yield "percentile", f"must be in (0, 100), got {self.percentile!r}"
-        if self.name != "percentile" and self.percentile != 25.0:
-            yield "percentile", f"goes with name: percentile, not {self.name!r}"
         if self.name == "threshold" and self.lower is None and self.upper is None:
             yield "name", "a threshold pruner needs lower, upper or both"
-        for key in ("lower", "upper"):
-            if self.name != "threshold" and getattr(self, key) is not None:
-                yield key, f"goes with name: threshold, not {self.name!r}"
+        for key, owner, unset in (("percentile", "percentile", 25.0), ("lower", "threshold", None),
+                                  ("upper", "threshold", None)):
+            if self.name != owner and getattr(self, key) != unset:
+                yield key, f"goes with name: {owner}, not {self.name!r}"
 
     def make(self) -> optuna.pruners.BasePruner:
         pruners = optuna.pruners
@@ -148,9 +148,10 @@ def seed_count_or_list(seeds):
 
 
 @dataclass(frozen=True)
-class TuneFile(Section):
+class Tune(Section):
     """A tune file as written, checked on its own and, given its ``base`` study (``load_tune`` sets it), against
-    it: the arms it names, each arm's space over its method's options, the trials' evaluation and budget."""
+    it: the arms it names, each arm's space over its method's options, the trials' evaluation and budget. The
+    trials run the base study as ``settings`` (named after the tune, with its evaluation, budget and seeds)."""
 
     study: str = field(default="", metadata={REQUIRED: "the path of the base study file"})
     name: str = ""  # "": the file's stem
@@ -167,7 +168,11 @@ class TuneFile(Section):
     seed: int = 0
     storage: str | None = None
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
-    base: Study | None = None  # the study file's Study, under the profile: set by the caller, never written
+    # set by load_tune, never written: the base study file's Study (under the profile) and its text as written
+    # (the snippet's source), and the tune file's path
+    base: Study | None = None
+    study_raw: dict | None = None
+    source_path: str = ""
 
     def problems(self):
         if not NAME.fullmatch(self.name):
@@ -183,18 +188,18 @@ class TuneFile(Section):
         arms = self.base.arms
         if self.arms == ():
             yield "arms", "expected a list of the study's arms (or null: all), got []"
-        for i, arm in enumerate(self.arms or ()):
-            if not isinstance(arm, str) or arm not in arms:
+        for i, arm in enumerate(self.arms or ()):  # a list of strings, or build has kept the default
+            if arm not in arms:
                 yield f"arms[{i}]", unknown_key(arm, arms).message.replace("option", "arm")
-        named = [arm for arm in self.arms or () if isinstance(arm, str) and arm in arms]
+        named = [arm for arm in self.arms or () if arm in arms]
         if len(set(named)) != len(named):
             yield "arms", f"must be distinct, got {named}"
         for arm in self.space:
             if arm not in arms:
                 yield f"space.{arm}", unknown_key(arm, arms).message.replace("option", "arm")
-            elif arm not in self.tuned_arms():
+            elif arm not in self.tuned:
                 yield f"space.{arm}", f"arm {arm!r} is not tuned: add it to arms, or leave it out"
-        for arm in self.tuned_arms():
+        for arm in self.tuned:
             yield from self.space_problems(arm)
         for key in ("evaluation", "budget"):
             try:
@@ -219,11 +224,12 @@ class TuneFile(Section):
             yield from ((join(where, path), message) for path, message in
                         distribution.problems_for(config_cls, options, option))
 
-    def tuned_arms(self) -> list[str]:
+    @property
+    def tuned(self) -> list[str]:
         """The arms to tune, each once, as written (null: every arm of the base study)."""
         if self.arms is None:
             return list(self.base.arms)
-        return list(dict.fromkeys(arm for arm in self.arms if isinstance(arm, str) and arm in self.base.arms))
+        return list(dict.fromkeys(arm for arm in self.arms if arm in self.base.arms))
 
     def trial_section(self, key: str) -> EvaluationSpec | BudgetSpec:
         """A trial's evaluation or budget: the tune file's, merged over the study's. The evaluation's defaults: on
@@ -242,29 +248,17 @@ class TuneFile(Section):
         free = (s for s in range(len(taken) + self.seeds) if s not in taken)
         return tuple(next(free) for _ in range(self.seeds))
 
-
-@dataclass(frozen=True)
-class Tune:
-    """A validated tune file. ``settings`` is the base study as trials run it (named after the tune, with the
-    tune's evaluation, budget and seeds); ``study_raw`` the base study file as written (the snippet's source)."""
-
-    name: str
-    source_path: str
-    base: Study
-    settings: Study
-    study_raw: dict
-    space: dict[str, dict[str, Distribution]]  # per tuned arm, in the order tuned
-    trials_per_arm: int
-    objective: str = "tail_gain"
-    pruner: PrunerSpec = field(default_factory=PrunerSpec)
-    sampler: SamplerSpec = field(default_factory=SamplerSpec)
-    seed: int = 0
-    storage: str | None = None
-    tracking: TrackingSpec = field(default_factory=TrackingSpec)
-
-    @property
-    def arms(self) -> list[str]:
-        return list(self.space)
+    @functools.cached_property
+    def settings(self) -> Study:
+        """The base study as trials run it: the tune's name, seeds, tracking, evaluation and budget, one draw."""
+        first = self.tuned[0]
+        tracking = dataclasses.replace(self.tracking, uri=self.tracking.uri or self.base.tracking.uri,
+                                       experiment=self.tracking.experiment or self.name)
+        return dataclasses.replace(
+            self.base, name=self.name, seeds=self.trial_seeds(), tracking=tracking, reference=first,
+            arms={first: dataclasses.replace(self.base.arms[first], seeds=None)},
+            evaluation=self.trial_section("evaluation"), budget=self.trial_section("budget"),
+            analysis=dataclasses.replace(self.base.analysis, draws=None))  # a trial has one draw
 
     def study_for(self, arm: str, options: dict) -> Study:
         """The one-arm study a trial runs: the arm with ``options`` on the tune's settings, without controls (a
@@ -280,7 +274,7 @@ class Tune:
         arms = {arm: {"method": self.base.arms[arm].method, "options": self.base.arms[arm].options,
                       "overrides": self.base.arms[arm].overrides,
                       "space": {k: [d.kind, list(d.values)] for k, d in self.space[arm].items()}}
-                for arm in self.arms}
+                for arm in self.tuned}
         return digest({"settings": settings, "objective": self.objective, "arms": arms})
 
     def storage_url(self, workdir) -> str:
@@ -307,26 +301,19 @@ def load_tune(path, profile: str | None = None, trials_per_arm: int | None = Non
     given = {**raw, "name": raw.get("name") or Path(source).stem,
              **({} if trials_per_arm is None else {"trials_per_arm": trials_per_arm})}
     try:
-        spec = build(TuneFile, given, fixed={"base": base}, nulls_are_defaults=True)
+        tune = build(Tune, given, fixed={"base": base, "study_raw": study_raw and study_raw[0], "source_path": source},
+                     nulls_are_defaults=True)
     except ConfigError as error:
         problems += error.problems
     if problems or base is None:
         raise StudyError(located(problems, source, lines).problems + study_problems)
-    arms, first = spec.tuned_arms(), spec.tuned_arms()[0]
-    tracking = dataclasses.replace(spec.tracking, uri=spec.tracking.uri or base.tracking.uri,
-                                   experiment=spec.tracking.experiment or spec.name)
-    settings = dataclasses.replace(base, name=spec.name, seeds=spec.trial_seeds(), tracking=tracking, reference=first,
-                                   arms={first: dataclasses.replace(base.arms[first], seeds=None)},
-                                   evaluation=spec.trial_section("evaluation"), budget=spec.trial_section("budget"),
-                                   analysis=dataclasses.replace(base.analysis, draws=None))  # a trial has one draw
-    return Tune(spec.name, source, base, settings, study_raw[0], {arm: spec.space[arm] for arm in arms},
-                spec.trials_per_arm, spec.objective, spec.pruner, spec.sampler, spec.seed, spec.storage, tracking)
+    return tune
 
 
 def describe_tune(tune: Tune, workdir) -> str:
     """What ``arena tune`` would do, without loading a model (``--dry-run``)."""
     settings, base = tune.settings, tune.base
-    lines = [f"tune {tune.name}: study {base.source_path}, {len(tune.arms)} arms x {tune.trials_per_arm} trials "
+    lines = [f"tune {tune.name}: study {base.source_path}, {len(tune.tuned)} arms x {tune.trials_per_arm} trials "
              f"(finished or pruned), objective {tune.objective}",
              f"each trial: seeds {list(settings.seeds)}, budget {settings.budget.amount:g} {settings.budget.unit}, "
              f"evaluation on the {settings.evaluation.split} split, seed {settings.evaluation.seed} (the study reports on "
@@ -335,7 +322,7 @@ def describe_tune(tune: Tune, workdir) -> str:
              f"{settings.evaluation.samples} samples",
              f"pruner {describe_pruner(tune.pruner)}; sampler {describe_sampler(tune)}; "
              f"storage {tune.storage_url(workdir)}"]
-    for arm in tune.arms:
+    for arm in tune.tuned:
         lines.append(f"  {arm} ({base.arms[arm].method}): " + ", ".join(
             f"{option} {distribution}" for option, distribution in tune.space[arm].items()))
     return "\n".join(lines)

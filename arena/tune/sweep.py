@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -15,12 +14,13 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
+from arena.budget import mark_of
 from arena.config import StudyError
 from arena.processes import run_in_slots
 from arena.profiles import apply_profile
 from arena.report.stats import area_under_curve
 from arena.report.tables import arm_width
-from arena.runner import RUN_FAILURES, Stop, checkpoint_file, execute, identity_tags, start_caches
+from arena.runner import RUN_FAILURES, Stop, checkpoint_file, execute, identity_tags
 from arena.scheduler import invocation
 from arena.study import validate
 from arena.tracking import Tracker
@@ -118,37 +118,14 @@ def objective(trial: optuna.Trial, arm: str, worker: Worker) -> float:
         for previous in tracker.find_runs(identity):  # a retry without a checkpoint starts a new run
             if previous.status in ("RUNNING", "KILLED") and not checkpoint_file(folder, run).exists():
                 tracker.finish(previous.run_id, "FAILED")
-        _share_start(worker.shared, folder, run)
         curve = Curve(trial, tune.objective, tracker, identity, i * span,
-                      int(round(span)) if i == len(runs) - 1 else None,
+                      mark_of(span) if i == len(runs) - 1 else None,
                       run.budget_unit + (f" of seed {run.seed}" if len(runs) > 1 else ""))
         outcome = execute(run, study, tracker, worker.parent_id, folder, worker.device, worker.position, False,
-                          worker.progress, curve, extra)
-        _publish_start(worker.shared, folder, run)
+                          worker.progress, curve, extra, caches=worker.shared)  # every trial starts from one model
         trial.set_user_attr(f"arena.run_id.seed{run.seed}", outcome.run_id)
         values.append(objective_value(tune.objective, curve_of(tracker, outcome.run_id)))
     return sum(values) / len(values)
-
-
-def _share_start(shared: Path, folder: Path, run) -> None:
-    """The run's starting evaluations that earlier trials computed, linked into this trial's folder, where the
-    runner looks for them (``start_caches``): every trial starts from the same model."""
-    for cache in start_caches(folder, run):
-        if (shared / cache.name).exists() and not cache.exists():
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(shared / cache.name, cache)
-            except OSError:
-                shutil.copyfile(shared / cache.name, cache)
-
-
-def _publish_start(shared: Path, folder: Path, run) -> None:
-    """The run's starting evaluations, copied from this trial's folder for the trials after it."""
-    for cache in start_caches(folder, run):
-        if cache.exists() and not (shared / cache.name).exists():
-            staging = shared / f"{cache.name}.{os.getpid()}.tmp"
-            shutil.copyfile(cache, staging)
-            os.replace(staging, shared / cache.name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +211,7 @@ class ArmOutcome:
 
 def outcomes(tune: Tune, studies: dict) -> list[ArmOutcome]:
     found = []
-    for arm in tune.arms:
+    for arm in tune.tuned:
         study = studies[arm]
         outcome = ArmOutcome(arm, counts(study))
         complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
@@ -325,14 +302,14 @@ def sweep(tune: Tune, placement, tracking_uri: str | None, workdir: Path, out: P
     prints the best per arm and writes ``out/best.yaml``."""
     tracker, parent_run = invocation(tune.settings, tracking_uri, {
         "arena.tune": tune.name, "arena.base_study": tune.base.name, "arena.objective": tune.objective,
-        "arena.optuna": optuna.__version__, "arena.sampler": repr(sampler_for(tune, tune.arms[0])),
+        "arena.optuna": optuna.__version__, "arena.sampler": repr(sampler_for(tune, tune.tuned[0])),
         "arena.pruner": repr(tune.pruner), "arena.tune_seeds": ",".join(map(str, tune.settings.seeds))})
     storage_url = tune.storage_url(workdir)
     studies = open_studies(tune, open_storage(storage_url))
-    for arm in tune.arms:
+    for arm in tune.tuned:
         for number in fail_stale(studies[arm]):
             print(f"{arm} trial {number}: its process is gone; retried with the same options", flush=True)
-    print(f"arena tune {tune.name}: {len(tune.arms)} arms x {tune.trials_per_arm} trials, objective {tune.objective}, "
+    print(f"arena tune {tune.name}: {len(tune.tuned)} arms x {tune.trials_per_arm} trials, objective {tune.objective}, "
           f"evaluation {tune.settings.evaluation.split} split seed {tune.settings.evaluation.seed}, "
           f"seeds {list(tune.settings.seeds)}, sampler {describe_sampler(tune)}, pruner {describe_pruner(tune.pruner)}, "
           f"{placement.slots} at a time, storage {storage_url}, "

@@ -89,7 +89,7 @@ def open_studies(tune: Tune, storage) -> dict[str, optuna.Study]:
     """One Optuna study per arm, ``<name>/<arm>``, created or loaded; a loaded one must have the same identity."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     studies, identity = {}, tune.identity()
-    for arm in tune.arms:
+    for arm in tune.tuned:
         study = optuna.create_study(storage=storage, study_name=f"{tune.name}/{arm}", direction="maximize",
                                     sampler=sampler_for(tune, arm), pruner=tune.pruner.make(), load_if_exists=True)
         known = study.user_attrs.get("arena.identity")
@@ -166,7 +166,7 @@ def fail_stale(study: optuna.Study) -> list[int]:
 def next_arm(tune: Tune, studies: dict) -> str | None:
     """The arm with work left and the fewest trials (finished, pruned, running or queued); None when none has."""
     candidates = []
-    for i, arm in enumerate(tune.arms):
+    for i, arm in enumerate(tune.tuned):
         fail_stale(studies[arm])
         found = counts(studies[arm])
         if found.finished + found.pruned >= tune.trials_per_arm or found.failed >= tune.trials_per_arm:

@@ -28,23 +28,30 @@ QUESTIONS = {  # study -> the question its comparisons answer ("methods": the re
 }
 
 
-def comparisons(uri: str) -> list[dict]:
+def read(uri: str, path: Path):
+    """The study at ``path`` and its finished runs in the store at ``uri`` (None: none there)."""
+    study = load_study(path)
+    try:
+        return read_results(Tracker(uri, study.tracking.experiment or study.name), study)
+    except ReportError as error:
+        print(f"{path.stem}: skipped ({error})")
+        return None
+
+
+def comparisons(uri: str, read=read) -> list[dict]:
     rows = []
     for stem, question in QUESTIONS.items():
-        study = load_study(Path(__file__).with_name(f"{stem}.yaml"))
-        try:
-            results = read_results(Tracker(uri, study.tracking.experiment or study.name), study)
-        except ReportError as error:
-            print(f"{stem}: skipped ({error})")
+        results = read(uri, Path(__file__).with_name(f"{stem}.yaml"))
+        if results is None:
             continue
+        study = results.study
         for arm, found in comparison.comparisons(results).items():
-            rows.append(dict(study=stem, arm=arm, found=found, analysis=study.analysis,
+            rows.append(dict(study=stem, arm=arm, reference=study.reference, found=found, analysis=study.analysis,
                              question=f"{study.reference} vs {arm}" if question == "methods" else question))
     return rows
 
 
-def main(uri: str) -> None:
-    rows = comparisons(uri)
+def report(rows: list[dict]) -> None:
     for question in dict.fromkeys(row["question"] for row in rows):
         family = [row for row in rows if row["question"] == question]
         analyses = {(row["analysis"].margin, row["analysis"].level) for row in family}
@@ -59,6 +66,11 @@ def main(uri: str) -> None:
                   f"  study {c.p_adjusted:.4f}  question {across.p_adjusted:.4f}  TOST study {c.tost_adjusted:.4f}"
                   f"  question {across.tost_adjusted:.4f}  {c.verdict}"
                   + ("" if across.verdict == c.verdict else f" -> {across.verdict}"))
+
+
+def main(uri: str) -> None:
+    report(comparisons(uri))
+
 
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "sqlite:///mlflow.db")

@@ -76,7 +76,7 @@ def test_dry_run_and_the_shipped_tune_file(in_tmp, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     shipped = tuning.load_tune("tunes/es_vs_blockgrpo.yaml")
     base = load_study("studies/es_vs_blockgrpo.yaml")
-    assert shipped.arms == list(base.arms) and shipped.settings.evaluation.seed != base.evaluation.seed
+    assert shipped.tuned == list(base.arms) and shipped.settings.evaluation.seed != base.evaluation.seed
     assert (shipped.settings.evaluation.draws, base.evaluation.draws) == (1, 2)  # the objective reads draw 0 only
     assert not set(shipped.settings.seeds) & set(base.seeds)
 

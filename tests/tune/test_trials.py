@@ -19,7 +19,7 @@ from tune_support import ARMS, write_tune, tune_dir  # noqa: F401 (the fixture i
 def test_every_arm_gets_the_same_number_of_trials_and_dead_trials_are_retried():
     """The protocol, without a model: trials go to the arm with the fewest; a trial that would be one too many
     (a parallel worker's) fails before it runs; a trial of a dead process is failed and queued again."""
-    tune = types.SimpleNamespace(arms=list(ARMS), trials_per_arm=2)
+    tune = types.SimpleNamespace(tuned=list(ARMS), trials_per_arm=2)
     studies = {arm: optuna.create_study(direction="maximize") for arm in ARMS}
     order = []
     while (arm := tuning.next_arm(tune, studies)) is not None:
