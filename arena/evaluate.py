@@ -102,7 +102,9 @@ class Evaluator:
         Row i*k + j is sample j of prompt i, and the sampler keys its draws by (decoding seed, row). In a run across
         processes each rank decodes and rewards its share of the rows (``arena.shards``) and every rank receives all
         of them: the same tokens as one process decoding them all (a row's tokens do not depend on its batch mates),
-        so the same rewards and metrics, bit for bit. ``forward_tokens`` is summed over the ranks."""
+        so the same rewards and metrics, bit for bit; for the same reason ``evaluation.decode_batch`` may cut a
+        rank's rows into generate calls of that many. ``forward_tokens`` is summed over the calls and ranks (a call
+        stops when its own rows have, so chunks may count fewer than one call)."""
         spec, k = self.spec, self.spec.samples
         config = SamplerConfig(max_new_tokens=spec.max_new_tokens,
                                temperature=spec.temperature if temperature is None else temperature)
@@ -111,9 +113,12 @@ class Evaluator:
         mine, forward_tokens = [], 0
         if rows:  # more processes than rows leave a rank without any
             encoded = {i: policy.encode(self.texts[i]) for i in sorted({row // k for row in rows})}
-            out = generate(policy, [encoded[row // k] for row in rows], config, seed=seed_of(*key), row_ids=rows)
-            mine = [(row, text, self._reward(row // k, text)) for row, text in zip(rows, out.texts)]
-            forward_tokens = out.forward_tokens
+            size = spec.decode_batch or len(rows)
+            for chunk in (rows[i:i + size] for i in range(0, len(rows), size)):
+                out = generate(policy, [encoded[row // k] for row in chunk], config, seed=seed_of(*key),
+                               row_ids=chunk)
+                mine += [(row, text, self._reward(row // k, text)) for row, text in zip(chunk, out.texts)]
+                forward_tokens += out.forward_tokens
         parts = gather([(mine, forward_tokens)])
         every = sorted(sample for part, _ in parts for sample in part)
         rewards = np.array([reward for _, _, reward in every]).reshape(-1, k)

@@ -26,8 +26,8 @@ PHASES = {  # the phase -> the setting whose size is that phase's memory, in the
     "backward": "options.micro_batch (sequences per forward and backward; 0 is the whole batch)",
     "optimizer": "the trained parameters: options.trainable: lora, or sharding: fsdp over more processes "
                  "(AdamW keeps 16 bytes per trained parameter)",
-    "evaluation": "evaluation.prompts or evaluation.samples (each process decodes its share of prompts x samples "
-                  "rows at once; more processes split them)",
+    "evaluation": "evaluation.decode_batch (rows per generate call; unset, each process decodes its share of "
+                  "prompts x samples at once), or more processes",
     "training step": "train.prompts_per_step (the method marks no finer phase)",
 }
 

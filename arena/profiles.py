@@ -33,7 +33,8 @@ def _profile(model: str) -> dict:
         "model": model,
         "task": {"name": "gsm8k", "levels": None},
         "train": {"prompts_per_step": 16},
-        "evaluation": {"prompts": 256, "samples": 4, "temperature": 0.9, "max_new_tokens": 256},
+        # 128 rows a generate call: about the rollout's 96; all 1,024 at once need 78 GiB at 7B (docs/scaling.md)
+        "evaluation": {"prompts": 256, "samples": 4, "temperature": 0.9, "max_new_tokens": 256, "decode_batch": 128},
         "methods": {"grpo": _GRPO_7B, "diffu_grpo": _GRPO_7B, "block_grpo": _GRPO_7B, "es": _ES_7B},
     }
 

@@ -28,6 +28,7 @@ A study compares arms (optimizers with their options) on shared settings, one va
       draw_prompts: null        # prompts of each of draws 1..draws-1; null: prompts (draw 0's, every point's)
       draw_samples: null        # samples per prompt on draws 1..draws-1; null: samples
       level_shares: null        # {level: share}: every draw holds these shares of the task's levels; null: balanced
+      decode_batch: null        # rows (prompt x sample) per generate call; null: every row at once
     budget:
       unit: samples             # samples | tokens | forward_tokens | flops | seconds (arena.budget.UNITS)
       amount: 2048              # > 0, per run
@@ -164,10 +165,13 @@ class EvaluationSpec(Section):
     # stratified draws: a fixed share of prompts per difficulty level (rounded by largest remainder)
     level_shares: tuple[tuple[int, float], ...] | None = field(
         default=None, metadata={IDENTITY_WHEN_SET: True, CONVERT: level_share_pairs})
+    # rows per generate call: the same tokens as one call (a row's do not depend on its batch mates), in less
+    # memory (the KV cache and a block's logits grow with the rows: 1,024 at the 7B profile do not fit an H100)
+    decode_batch: int | None = field(default=None, metadata={IDENTITY_WHEN_SET: True})
 
     def problems(self):
         for name, low in {"prompts": 1, "samples": 1, "max_new_tokens": 1, "points": 2, "seed": 0, "draws": 1,
-                          "draw_prompts": 1, "draw_samples": 1}.items():
+                          "draw_prompts": 1, "draw_samples": 1, "decode_batch": 1}.items():
             if getattr(self, name) is not None and getattr(self, name) < low:
                 yield name, f"must be >= {low}, got {getattr(self, name)!r}"
         for name in ("draw_prompts", "draw_samples"):

@@ -256,3 +256,43 @@ def test_two_gloo_processes_decode_each_sample_once_and_gather_the_one_process_e
         assert np.array_equal(rank["rewards"], one["rewards"]) and rank["completions"] == one["completions"]
     assert len(one["calls"]) == 24 and [len(rank["calls"]) for rank in two] == [12, 12]
     assert sorted(two[0]["calls"] + two[1]["calls"]) == sorted(one["calls"])
+
+
+class Varied(Digits):
+    """Prompts of 3 to 21 characters: chunks of one evaluation start at different prompt lengths."""
+
+    def prompt(self, example, tokenizer=None):
+        i = example["index"]
+        return " + ".join(str(j) for j in range(i % 4 + 1)) + f" = {i}"
+
+
+def test_an_evaluation_decoded_in_chunks_is_the_one_call_decode(tiny_policy, monkeypatch):
+    """``decode_batch`` cuts the 7 x 3 rows into generate calls of that many: rewards and completions equal to
+    the last bit (fp32, one thread) to decoding every row in one call, whatever the chunk size."""
+    import torch
+
+    import arena.evaluate
+
+    calls, inner = [], arena.evaluate.generate
+    monkeypatch.setattr(arena.evaluate, "generate", lambda policy, prompts, *a, **k: calls.append(len(prompts))
+                        or inner(policy, prompts, *a, **k))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        sized = dict(prompts=7, samples=3, max_new_tokens=12, temperature=0.8)
+        whole = Evaluator(Varied(), spec(**sized)).decode(tiny_policy)
+        assert calls == [21] and len(set(whole.rewards.flat)) > 3  # the rewards vary: a misplaced row would show
+        for batch, sizes in ((1, [1] * 21), (4, [4, 4, 4, 4, 4, 1]), (10, [10, 10, 1]), (64, [21])):
+            calls.clear()
+            got = Evaluator(Varied(), spec(**sized, decode_batch=batch)).decode(tiny_policy)
+            assert calls == sizes
+            assert np.array_equal(got.rewards, whole.rewards) and got.completions == whole.completions, batch
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_decode_batch_below_one_is_named():
+    from arena.config import ConfigError, build
+
+    with pytest.raises(ConfigError, match="decode_batch: must be >= 1, got 0"):
+        build(EvaluationSpec, {"decode_batch": 0})

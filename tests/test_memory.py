@@ -39,7 +39,7 @@ def test_an_out_of_memory_error_in_each_phase_of_a_grpo_step_names_that_phase(ph
 
 
 def test_an_unmarked_out_of_memory_error_is_named_by_where_it_happened():
-    with pytest.raises(MemoryFault, match=r"mark 32, in the evaluation phase .* lower evaluation.prompts"):
+    with pytest.raises(MemoryFault, match=r"mark 32, in the evaluation phase .* lower evaluation.decode_batch"):
         with out_of_memory("evaluation mark 32", "its start", "evaluation"):
             run_out()
     with out_of_memory("step 1", "its start"):  # anything else passes through
