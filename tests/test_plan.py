@@ -1,6 +1,7 @@
 """``arena plan``: the planner's arithmetic against hand derivations and against second implementations (the
 model transformers builds, peft's adapters, the estimators' own packed forwards)."""
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -66,7 +67,8 @@ def test_memory_of_a_hand_derived_grpo_step():
     rollout of 2 rows: KV 2 rows x 16 tokens x (1 layer x 2 x 2 wide x 2 bytes) = 256, plus the larger of the
     prefill (3 x 2 rows x 8 x 8 x 2 = 768) and the logits (3 x 2 x 8 x 10 x 4 = 1920): 2176.
     evaluation of 4 rows: 4 x 16 x 8 = 512 + max(1536, 3840) = 4352.
-    phases: state 5368; train 9784, rollout 7544, evaluation 9720; peak 9784."""
+    phases: state 5368; train 9784, rollout 7544, evaluation 9720; a checkpoint clones the fp32 masters, 5368 +
+    976 = 6344; peak 9784."""
     config = GRPOConfig(group_size=2, beta=0.04, micro_batch=1, max_new_tokens=8, trainable="full")
     parts = plan.memory(TOY, "grpo", config, train_prompts=1, evaluation_rows=4, evaluation_tokens=8, block=8,
                         sub_block=8, weight_bytes=2, prompt=8)
@@ -74,7 +76,8 @@ def test_memory_of_a_hand_derived_grpo_step():
         "weights": 488, "trainable": 0, "gradients": 1464, "optimizer": 1952, "masters": 976, "reference": 488}
     assert (parts["activations"], parts["rollout"], parts["evaluation"]) == (4416, 2176, 4352)
     # weight drift: the largest tensor (10 x 4 embedding or 8 x 4 MLP) in fp32 on the GPU: 160
-    assert parts["phases"] == {"train": 9784, "rollout": 7544, "evaluation": 9720, "weight drift": 5528}
+    assert parts["phases"] == {"train": 9784, "rollout": 7544, "evaluation": 9720, "weight drift": 5528,
+                               "checkpoint": 6344}
     assert parts["peak"] == 9784
 
 
@@ -171,7 +174,38 @@ def test_on_the_cpu_the_runners_copy_of_the_starting_weights_counts():
     config = GRPOConfig(group_size=2, micro_batch=1, max_new_tokens=8, trainable="full")
     on_gpu, on_cpu = (plan.memory(TOY, "grpo", config, 1, 1, 8, block=8, sub_block=8, weight_bytes=4, prompt=8,
                                   on_cpu=cpu) for cpu in (False, True))
-    assert on_cpu["start copy"] == 244 * 4 and on_gpu["start copy"] == 0
-    assert on_cpu["peak"] - on_gpu["peak"] == 244 * 4
-    # weight_drift on the host: the difference and its square of the largest tensor (40 values), fp32
-    assert on_cpu["phases"]["weight drift"] - on_cpu["phases"]["rollout"] + on_cpu["rollout"] == 2 * 40 * 4
+    assert on_cpu["start copy"] == 244 * 2 and on_gpu["start copy"] == 0  # bf16: a bf16 checkpoint's values
+    assert on_cpu["phases"]["train"] - on_gpu["phases"]["train"] == 244 * 2
+    # weight_drift on the host: the fp32 difference of the largest tensor (40 values), squared in place
+    assert on_cpu["phases"]["weight drift"] - on_cpu["phases"]["rollout"] + on_cpu["rollout"] == 40 * 4
+
+
+def test_host_memory_of_a_run_by_hand():
+    """The bf16 start copy 244·2 = 488; weight_drift widens the largest tensor (10 x 4) to fp32 on the host and takes
+    its difference: 2·160 = 320; a checkpoint's write copies the largest trained tensor: LoRA rank 2 on q_proj, 2 x
+    4 wide, fp32: 32; full fine-tuning: the embedding, 160. Peak: copy + data + the larger transient."""
+    lora = ES.Config(trainable="lora", lora_rank=2, lora_targets=("q_proj",))
+    full = GRPOConfig(trainable="full")
+    for config, written in ((lora, 32), (full, 160)):
+        host = plan.host(TOY, config)
+        assert (host["start copy"], host["weight drift"], host["checkpoint write"]) == (488, 320, written)
+        assert host["peak"] == 488 + plan.DATASET_BYTES + 320
+
+
+def test_the_evaluation_decodes_in_calls_of_decode_batch_rows(capsys, tmp_path):
+    """At the 7B profile (128 rows a call) an evaluation call's memory is 1/8 of all 1,024 rows at once (a row's
+    KV cache and logits do not depend on the others); 1,024 at once do not fit an H100, and the plan names the
+    most rows that do (halving from 1,024: 512)."""
+    plans = {}
+    for batch in (None, 1024):
+        study = tmp_path / f"main-{batch}.yaml"
+        text = Path("studies/es_vs_blockgrpo.yaml").read_text()
+        if batch:
+            text = text.replace("  fast-dllm-v2-7b: {budget: {amount: 6144}}",
+                                f"  fast-dllm-v2-7b: {{budget: {{amount: 6144}}, evaluation: {{decode_batch: {batch}}}}}")
+        study.write_text(text)
+        assert main(["plan", str(study), "--profile", "fast-dllm-v2-7b", "--gpu", "h100-80gb", "--json"]) == 0
+        plans[batch] = json.loads(capsys.readouterr().out)["arms"]["grpo"]
+    assert plans[None]["memory"]["evaluation"] * 8 == plans[1024]["memory"]["evaluation"]
+    assert plans[None]["fits"] and not plans[1024]["fits"]
+    assert plans[1024]["changes"] == ["evaluation.decode_batch: 512 (the evaluation's 1024 rows a call do not fit)"]
