@@ -58,14 +58,14 @@ STUDY = """\
 name: rehearsal_{method}
 model: tiny
 task: {{name: gsm8k, source: {data}}}
-evaluation: {{prompts: 2, samples: 1, max_new_tokens: 32, points: 2}}
+evaluation: {{prompts: 2, samples: 1, max_new_tokens: {new_tokens}, points: 2}}
 budget: {{unit: samples, amount: {samples}}}
 seeds: [0]
 controls: []
 at:
   {profile}:
     train: {{prompts_per_step: 1}}
-    evaluation: {{prompts: 2, samples: 1, max_new_tokens: 32, points: 2}}
+    evaluation: {{prompts: 2, samples: 1, max_new_tokens: {new_tokens}, points: 2}}
 reference: {method}
 arms:
   {method}:
@@ -239,16 +239,17 @@ def child(study: str, profile: str, model: str, workdir: str, out: str) -> None:
 # the driver: widths x depths x methods, the table, the plan's error
 
 
-def study_text(method: str, profile: str, data: Path) -> str:
-    """The main study's arm for ``method`` (its tiny-scale options, which the profile replaces), one step."""
+def study_text(method: str, profile: str, data: Path, new_tokens: int = 32) -> str:
+    """The main study's arm for ``method`` (its tiny-scale options, which the profile replaces), one step;
+    rollouts and evaluation of ``new_tokens`` (``REDUCED``'s 32 unless given)."""
     from arena.study import load_study
 
     arm = load_study(ROOT / "studies/es_vs_blockgrpo.yaml").arms[method]
     options = {k: v for k, v in arm.options.items() if k in ("estimator", "draws")}
-    at = REDUCED["es" if method == "es" else "grpo"]
+    at = {**REDUCED["es" if method == "es" else "grpo"], "max_new_tokens": new_tokens}
     samples = at["population"] * at["prompts_per_member"] if method == "es" else at["group_size"]
     return STUDY.format(method=method, profile=profile, data=data, samples=samples, options=json.dumps(options),
-                        at=json.dumps(at))
+                        at=json.dumps(at), new_tokens=new_tokens)
 
 
 def predicted(study: Path, profile: str, fields: dict, layers: int, prompt: int, weight_bytes: int) -> dict:
@@ -267,7 +268,8 @@ def predicted(study: Path, profile: str, fields: dict, layers: int, prompt: int,
     return {"memory": memory, "cost": cost, "parameters": shape.parameters()}
 
 
-def rehearse(widths, depths, methods, out: Path, tiny: bool, max_gib: float, timeout: float) -> list[dict]:
+def rehearse(widths, depths, methods, out: Path, tiny: bool, max_gib: float, timeout: float,
+             new_tokens: int = 32) -> list[dict]:
     import torch
 
     from arena.profiles import SHAPES
@@ -289,7 +291,7 @@ def rehearse(widths, depths, methods, out: Path, tiny: bool, max_gib: float, tim
             checkpoint = None
             for method in methods:
                 study = out / f"{width}-{layers}-{method}.yaml"
-                study.write_text(study_text(method, profile, data))
+                study.write_text(study_text(method, profile, data, new_tokens))
                 plan = predicted(study, profile, fields, layers, prompt, 2 if cuda else 4)
                 row = {"width": width, "layers": layers, "method": method, "parameters": plan["parameters"],
                        "prompt": prompt, "fields": fields, "study": str(study), "weight_bytes": 2 if cuda else 4,
@@ -423,13 +425,14 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny widths (hidden 64): the test's mode")
     parser.add_argument("--max-gib", type=float, default=8.0, help="skip runs the plan puts above this (default 8)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run (default 1800)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="rollout and evaluation length (default 32)")
     parser.add_argument("--out", type=Path, default=None, help="folder for checkpoints, rehearsal.json / .md")
     args = parser.parse_args()
     print(f"benchmarks/rehearsal.py, {'tiny' if args.tiny else 'real'} widths; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n{HEADER}", flush=True)
     with tempfile.TemporaryDirectory(prefix="rehearsal_") as scratch:
         rows = rehearse(args.widths.split(","), [int(d) for d in args.depths.split(",")], args.methods.split(","),
-                        args.out or Path(scratch), args.tiny, args.max_gib, args.timeout)
+                        args.out or Path(scratch), args.tiny, args.max_gib, args.timeout, args.new_tokens)
     errors = [abs(e) for e in map(error, rows) if e is not None]
     if errors:
         print(f"plan vs measured peak: largest error {max(errors):.0%}, mean {sum(errors) / len(errors):.0%} "
