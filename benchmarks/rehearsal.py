@@ -21,34 +21,30 @@ estimator's forward, ``Tensor.backward``, the optimizer / ES update, the evaluat
 peak-RSS readings (Linux: VmHWM, reset per phase through /proc/self/clear_refs); its memory is the peak over the
 RSS after imports (torch, transformers, MLflow), which the plan does not model. The plan is evaluated at the run's
 own settings, in fp32 (the CPU's dtype), with the measured prompt length.
+
+Modules by job: ``rehearsal_fixtures`` (checkpoint, tokenizer, data), ``rehearsal_child`` (the timed run),
+``rehearsal_table`` (the tables), this one (the driver: widths x depths x methods, the plan's prediction).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from benchmarks.rehearsal_child import child
+from benchmarks.rehearsal_fixtures import BPE_TOKENS, build_checkpoint, build_tokenizer, write_data
+from benchmarks.rehearsal_table import HEADER, PHASES, error, format_row, markdown
+
+# what the GPU check and the test use, beside the driver's own
+__all__ = ["METHODS", "PHASES", "build_tokenizer", "error", "markdown", "rehearse", "write_data"]
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("block_grpo", "grpo", "diffu_grpo", "es")
 PROFILES = {"1.5b": "fast-dllm-v2-1.5b", "7b": "fast-dllm-v2-7b"}
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-            "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
-            "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
-            "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]  # 151643..151664
-BPE_TOKENS = 151_643  # ordinary tokens before the specials, as in Qwen2's tokenizer
-# Qwen2.5's chat template without its tool branch: a default system turn, then ChatML turns
-CHAT_TEMPLATE = (
-    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-    "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-    "<|im_end|>\\n' }}{%- endif %}{%- for message in messages %}{%- if not (message['role'] == 'system' and "
-    "loop.first) %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
         "vocab_size": 512, "tie_word_embeddings": False}
 REDUCED = {"grpo": {"max_new_tokens": 32, "group_size": 2, "micro_batch": 2, "inner_iterations": 2},
@@ -73,166 +69,6 @@ arms:
     options: {options}
     at: {{{profile}: {at}}}
 """
-PHASES = ("rollout", "scoring forward", "backward", "optimizer", "evaluation")
-
-
-# ---------------------------------------------------------------------------------------------
-# the checkpoint, its tokenizer and the data
-
-
-def write_data(path: Path, n: int = 32) -> Path:
-    """GSM8K's format (question; answer ending '#### N'), ``n`` items."""
-    rows = [{"question": f"Natalia sold clips to {a} of her friends in April, and then she sold {b} times as many "
-                         f"clips in May. How many clips did Natalia sell altogether in April and May?",
-             "answer": f"In May she sold {a} * {b} = {a * b} clips.\nAltogether {a} + {a * b} = {a + a * b}.\n"
-                       f"#### {a + a * b}"} for a, b in ((i % 9 + 2, i % 4 + 2) for i in range(n))]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
-def build_tokenizer(directory: Path, texts: list[str], vocab: int = BPE_TOKENS):
-    """A byte-level BPE in Qwen2's format: merges learnt on ``texts``, the vocabulary filled to ``vocab`` ordinary
-    tokens with tokens no merge produces, then Qwen2's 22 special tokens and the mask token at their real ids."""
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import Qwen2Tokenizer
-
-    directory.mkdir(parents=True, exist_ok=True)
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts, vocab_size=min(vocab, 1000), min_frequency=2, show_progress=False)
-    bpe.save_model(str(directory))
-    ranks = json.loads((directory / "vocab.json").read_text())
-    ranks.update({f"Ġunused{i}": i for i in range(len(ranks), vocab)})
-    (directory / "vocab.json").write_text(json.dumps(ranks))
-    tokenizer = Qwen2Tokenizer(vocab=str(directory / "vocab.json"), merges=str(directory / "merges.txt"),
-                               unk_token=None, bos_token=None, eos_token=None, pad_token=None)
-    tokenizer.add_special_tokens({"additional_special_tokens": SPECIALS + ["|<MASK>|"]})  # in id order
-    tokenizer.eos_token, tokenizer.pad_token = "<|im_end|>", "<|endoftext|>"  # named after: no new ids
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
-
-
-def build_checkpoint(directory: Path, fields: dict, layers: int, tokenizer, seed: int = 0) -> Path:
-    """A random Qwen2 with ``fields``' widths and ``layers`` layers, saved as Fast-dLLM v2 saves it (bf16)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from arena.model.policy import save_checkpoint
-    from arena.model.tiny import init_weights
-
-    config = Qwen2Config(**fields, num_hidden_layers=layers, max_position_embeddings=32768, rope_theta=1e6,
-                         rms_norm_eps=1e-6, bos_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id,
-                         torch_dtype="bfloat16")
-    with torch.device("meta"):
-        model = Qwen2ForCausalLM(config)
-    model = model.to(torch.bfloat16).to_empty(device="cuda" if torch.cuda.is_available() else "cpu")
-    if model.config.tie_word_embeddings:
-        model.tie_weights()
-    init_weights(model, seed)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # a bar per shard would cut through the table
-    save_checkpoint(model, tokenizer, directory, block_size=32, sub_block=8)
-    return directory
-
-
-# ---------------------------------------------------------------------------------------------
-# the child: one arena run with its phases timed and their peak RSS read
-
-
-def _status(field: str) -> int:
-    """A /proc/self/status field in bytes (VmHWM: peak RSS since the last reset; VmRSS: now)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-class Phases:
-    """Seconds and peak memory per phase; between phases, the peak goes to ``other`` (loading, checkpoints, MLflow).
-    On the CPU the process's peak RSS; with a GPU, the device's peak allocation."""
-
-    def __init__(self, cuda: bool):
-        self.seconds, self.peak, self.calls, self.cuda = {}, {}, {}, cuda
-
-    def watch(self) -> None:
-        """Sample the RSS every 0.2 s and keep the stack of the main thread at the largest: where the peak is."""
-        import threading
-        import traceback
-
-        main_id, self.where, self.highest = threading.main_thread().ident, "", 0
-
-        def sample():
-            while True:
-                rss = _status("VmRSS")
-                if rss > self.highest:
-                    frames = traceback.extract_stack(sys._current_frames()[main_id])
-                    ours = [f"{Path(f.filename).stem}.{f.name}" for f in frames
-                            if "/arena/" in f.filename or "/methods/" in f.filename]
-                    self.highest, self.where = rss, " > ".join(ours[-4:])
-                time.sleep(0.2)
-
-        threading.Thread(target=sample, daemon=True).start()
-
-    def now(self) -> int:
-        import torch
-
-        return torch.cuda.memory_allocated() if self.cuda else _status("VmRSS")
-
-    def _fold(self, name: str) -> None:
-        import torch
-
-        peak = torch.cuda.max_memory_allocated() if self.cuda else _status("VmHWM")
-        self.peak[name] = max(self.peak.get(name, 0), peak)
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats()
-        else:
-            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
-
-    def wrap(self, owner, attribute: str, name: str) -> None:
-        inner = getattr(owner, attribute)
-
-        def timed(*args, **kwargs):
-            self._fold("other")
-            began = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - began
-                self.calls[name] = self.calls.get(name, 0) + 1
-                self._fold(name)
-
-        setattr(owner, attribute, timed)
-
-
-def child(study: str, profile: str, model: str, workdir: str, out: str) -> None:
-    import torch
-
-    import arena.evaluate
-    import methods.es
-    import methods.grpo
-    import mlflow  # noqa: F401  (imported before the baseline: the plan does not model it)
-    from arena.cli import main
-    from methods import likelihood
-
-    phases = Phases(torch.cuda.is_available())
-    baseline = phases.now()
-    if not phases.cuda:
-        phases.watch()
-    for owner, attribute, name in ((methods.grpo, "generate", "rollout"), (methods.es, "generate", "rollout"),
-                                   (likelihood.Scorer, "__call__", "scoring forward"),
-                                   (torch.Tensor, "backward", "backward"), (torch.optim.AdamW, "step", "optimizer"),
-                                   (methods.es.ES, "tell", "optimizer"),
-                                   (arena.evaluate, "generate", "evaluation")):
-        phases.wrap(owner, attribute, name)
-    began = time.perf_counter()
-    code = main(["run", study, "--profile", profile, "--model", model, "--workdir", workdir, "--jobs", "1",
-                 "--tracking-uri", f"sqlite:///{workdir}/mlflow.db"])
-    phases._fold("other")
-    Path(out).write_text(json.dumps({"exit": code, "baseline": baseline, "seconds": phases.seconds,
-                                     "peak": phases.peak, "calls": phases.calls,
-                                     "peak_where": getattr(phases, "where", ""),
-                                     "total_seconds": time.perf_counter() - began}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,61 +171,6 @@ def run_child(study: Path, profile: str, checkpoint: Path, workdir: Path, timeou
     if measured["exit"]:
         return {"error": f"arena run exited {measured['exit']}: {done.stderr.strip().splitlines()[-1:]}"}
     return {"measured": measured}
-
-
-def error(row: dict) -> float | None:
-    """The plan's relative error on the peak above the process's RSS after imports."""
-    if "measured" not in row:
-        return None
-    measured = max(row["measured"]["peak"].values()) - row["measured"]["baseline"]
-    return row["plan"]["peak"] / measured - 1
-
-
-def format_row(row: dict) -> str:
-    head = f"{row['width']:>4} {row['layers']:>2} {row['method']:<10} {row['parameters']:>13,}"
-    if "measured" not in row:
-        return f"{head}  {row.get('skipped') or row.get('error')}"
-    m, gib = row["measured"], 2**30
-    peak = (max(m["peak"].values()) - m["baseline"]) / gib
-    seconds = "".join(f"{m['seconds'].get(p, 0.0):>9.1f}" for p in PHASES)
-    return (f"{head} {peak:>8.2f} {row['plan']['peak'] / gib:>8.2f} {error(row):>+7.0%}{seconds}"
-            f"{m['total_seconds']:>9.1f}")
-
-
-HEADER = (f"{'width':>4} {'L':>2} {'method':<10} {'parameters':>13} {'peak GiB':>8} {'plan GiB':>8} {'error':>7}"
-          + "".join(f"{p[:9]:>9}" for p in PHASES) + f"{'total s':>9}")
-
-
-def flop_rates(row: dict) -> tuple[float, float]:
-    """GFLOP/s of the rollout and of scoring (forward and backward together) by ``arena.budget.token_flops``, from
-    the plan's token counts of one step and the measured seconds (evaluation excluded)."""
-    from arena.budget import token_flops
-
-    cost, seconds = row["cost"], row["measured"]["seconds"]
-    generated = token_flops(cost["generated_tokens"], 0, cost["traversed"], cost["trained"])
-    scoring = token_flops(cost["scoring_tokens"], cost["backward_tokens"], cost["traversed"], cost["trained"])
-    scoring_seconds = seconds.get("scoring forward", 0.0) + seconds.get("backward", 0.0)
-    return generated / seconds["rollout"] / 1e9, scoring / scoring_seconds / 1e9 if scoring_seconds else math.nan
-
-
-def markdown(rows: list[dict]) -> str:
-    lines = ["| width | layers | method | parameters | peak GiB | plan GiB | plan error | "
-             + " | ".join(f"{p} s" for p in PHASES) + " | run s | peak phase (plan's) | rollout GFLOP/s | "
-             "scoring GFLOP/s |", "|" + "---|" * (11 + len(PHASES))]
-    for row in rows:
-        cells = [row["width"], row["layers"], row["method"], f"{row['parameters']:,}"]
-        if "measured" not in row:
-            why = row.get("skipped") or row.get("error") or "no result"
-            lines.append("| " + " | ".join(map(str, cells)) + f" | {why} |")
-            continue
-        m = row["measured"]
-        phase = max(m["peak"], key=m["peak"].get)
-        cells += [f"{(m['peak'][phase] - m['baseline']) / 2**30:.2f}", f"{row['plan']['peak'] / 2**30:.2f}",
-                  f"{error(row):+.0%}", *(f"{m['seconds'].get(p, 0.0):.1f}" for p in PHASES),
-                  f"{m['total_seconds']:.0f}", f"{phase} ({max(row['plan']['phases'], key=row['plan']['phases'].get)})",
-                  *("-" if math.isnan(rate) else f"{rate:.1f}" for rate in flop_rates(row))]
-        lines.append("| " + " | ".join(map(str, cells)) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def retable(folders: list[Path]) -> list[dict]:
