@@ -286,7 +286,7 @@ def add_plan(commands) -> None:
         "KV cache), whether it fits, and the change that makes it fit (a smaller micro-batch,\n"
         "LoRA, FSDP over k GPUs); then steps, seconds per step by phase and GPU-hours per arm and\n"
         "for the whole study, from arena's FLOP accounting at a stated MFU and bandwidth\n"
-        "(arena/plan.py; docs/scaling.md, 'Before you book a cluster').",
+        "(arena/plan/; docs/scaling.md, 'Before you book a cluster').",
         "arena plan studies/es_vs_blockgrpo.yaml --profile fast-dllm-v2-7b --gpus 8 --gpu h100-80gb", cmd_plan)
     _add_study(parser)
     parser.add_argument("--model", default=None, metavar="DIR",

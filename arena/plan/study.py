@@ -125,7 +125,7 @@ def format_plan(plan: dict) -> str:
     lines += ["", f"study: {plan['gpu_hours']:.1f} GPU-hours, about {plan['wall_hours']:.1f} h on {plan['gpus']} GPU"
                   f"{'s' if plan['gpus'] > 1 else ''} (runs spread over them); a planning approximation: prompts of "
                   f"{PROMPT_TOKENS} tokens, {TOKENS_PER_STEP} tokens a decoding step at threshold < 1, attention FLOPs "
-                  "left out (arena/plan.py states each number's source)",
+                  "left out (arena/plan/assumptions.py states each number's source)",
               "", "host memory per run (GiB; beyond the process's imports, the CUDA runtime's and the checkpoint "
                   "loading's mapped pages):"]
     for name, arm in plan["arms"].items():
