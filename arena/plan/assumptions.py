@@ -21,6 +21,11 @@ TOKENS_PER_STEP = 2.6  # at threshold 0.9 on GSM8K (Fast-dLLM v2 paper); thresho
 ACTIVATION_PER_TOKEN = (8, 4)  # (x hidden, x intermediate)
 LOGIT_COPIES = 4  # fp32 logits at a scored position: the head's output, / temperature, log_softmax, its gradient
 
-NOISE_PER_SECOND = 1e8  # ES draws its noise on the CPU from keyed generators: about 1e8 normals a second per core
+# ES draws, scales and adds its noise on the parameter's device (methods/es_noise.py), elementwise passes over fp32
+# tensors: per trained parameter and member about 48 bytes moved (the draw; σ times it; the master plus that, cast
+# to the weights; the restore; the update's redraw and its weighted sum), at half the bandwidth, which elementwise
+# kernels exceed. Not measured on a GPU yet: the GPU check's "es perturb+restore" rows are where it will be.
+PERTURB_BYTES = 48
+ELEMENTWISE_USE = 0.5
 DATASET_BYTES = 5 * 2**20  # GSM8K's train and test JSON lines (7,473 + 1,319 items) as the task holds them
 GIB = 2**30

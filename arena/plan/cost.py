@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from arena.budget import token_flops
-from arena.plan.assumptions import BANDWIDTH_USE, MFU, NOISE_PER_SECOND, PROMPT_TOKENS, TOKENS_PER_STEP
+from arena.plan.assumptions import (BANDWIDTH_USE, ELEMENTWISE_USE, MFU, PERTURB_BYTES, PROMPT_TOKENS,
+                                    TOKENS_PER_STEP)
 from arena.plan.shape import Lengths, Shape, estimator_of, lengths, trained_parameters
 
 
@@ -44,7 +45,7 @@ def step_cost(shape: Shape, gpu: dict, method: str, config, train_prompts: int, 
         size = lengths(config, block, sub_block, config.max_new_tokens, prompt, tokens_per_step=tokens_per_step)
         score_forward = backward = 0
         seconds = {"rollout": members * decode_seconds(shape, gpu, rows, size, block, w),
-                   "perturb": members * trained / NOISE_PER_SECOND}
+                   "perturb": members * trained * PERTURB_BYTES / (ELEMENTWISE_USE * gpu["bandwidth"])}
     generated = members * rows * size.generated(block)
     return {"generated_tokens": generated, "scoring_tokens": score_forward, "backward_tokens": backward,
             "traversed": traversed, "trained": trained_flops,
