@@ -21,11 +21,11 @@ A second recipe, ``tiny-multiblock``, trains the same network at Fast-dLLM v2's 
 (blocks of 16, sub-blocks of 8) on ``rewards.multi_sum``: eleven one-digit sums per prompt whose
 completion spans three blocks, from a teacher whose mode is the dropped carry (docs/testbed.md). A third,
 ``tiny-inblock``, trains it at blocks of 32 with sub-blocks of 8 on ``rewards.swap_sums``, whose teacher
-writes each part right or with its two digits swapped: tokens inside a sub-block strongly dependent. Its
-checkpoint does not ship yet (``arena pretrain --model tiny-inblock`` builds it; docs/testbed.md).
+writes each part right or with its two digits swapped: tokens inside a sub-block strongly dependent
+(``tiny_inblock_checkpoint/``; docs/testbed.md).
 
 One checkpoint per recipe for everyone: the pretrained models ship inside the package
-(``tiny_checkpoint/``, ``tiny_multiblock_checkpoint/``, each with its config digest and held-out
+(``tiny_checkpoint/``, ``tiny_multiblock_checkpoint/``, ``tiny_inblock_checkpoint/``, each with its config digest and held-out
 accuracy in ``pretrain.json``), so every machine starts from the same bytes. ``arena pretrain``
 rebuilds one single-threaded (keyed init and draws, one thread: as reproducible as the CPU allows)
 and compares the rebuild with the shipped accuracy.

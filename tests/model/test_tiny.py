@@ -62,16 +62,17 @@ def test_shipped_checkpoint_loads_without_training_and_reproduces_its_accuracy(m
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_multiblock_checkpoint_loads_under_its_own_name_at_its_geometry(monkeypatch, tmp_path):
-    """The second embedded model: its own bytes and recipe, blocks of 16 with sub-blocks of 8, at most 8 MB,
-    and evaluating it here gives exactly the mean reward recorded when it was built."""
+@pytest.mark.parametrize("name, geometry", [("tiny-multiblock", (16, 8)), ("tiny-inblock", (32, 8))])
+def test_each_further_checkpoint_loads_under_its_own_name_at_its_geometry(monkeypatch, tmp_path, name, geometry):
+    """The multi-block and in-block models: their own bytes and recipe, at their block / sub-block geometry, at
+    most 8 MB, and evaluating them here gives exactly the rewards recorded when they were built."""
     monkeypatch.setenv("ARENA_CACHE", str(tmp_path))
     monkeypatch.setattr(tiny, "pretrain", lambda *a, **k: pytest.fail("load_policy must not train"))
-    recipe, shipped_dir = tiny.MODELS["tiny-multiblock"]
-    policy = load_policy("tiny-multiblock", device="cpu")
-    assert (policy.block_size, policy.sub_block) == (16, 8) == (recipe.block_size, recipe.sub_block)
+    recipe, shipped_dir = tiny.MODELS[name]
+    policy = load_policy(name, device="cpu")
+    assert (policy.block_size, policy.sub_block) == geometry == (recipe.block_size, recipe.sub_block)
     assert sum(f.stat().st_size for f in shipped_dir.iterdir()) <= 8 * 2**20
-    shipped = tiny.shipped_report("tiny-multiblock")
+    shipped = tiny.shipped_report(name)
     assert shipped["digest"] == recipe.digest() != TinyConfig().digest()
     from rewards import get_task
 
