@@ -99,10 +99,10 @@ class NeighbourSumsTask(Task):
         return ";".join(self.teacher_part(total, rng) for total in example["sums"])
 
     def teacher_part(self, total: int, rng: np.random.Generator) -> str:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} defines no teacher_part(total, rng)")
 
     def _draw(self, rng, level: int) -> dict:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} defines no _draw(rng, level)")
 
 
 class MultiSumTask(NeighbourSumsTask):
