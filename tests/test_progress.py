@@ -84,8 +84,8 @@ def test_pretraining_outside_a_terminal_prints_lines(tmp_path, capsys, monkeypat
                   tmp_path / "tiny")
     out = capsys.readouterr().out
     assert not any(code in out for code in ESCAPES)
-    lines = [line for line in out.splitlines() if line.startswith("pretrain tiny: ")]
-    assert lines[0] == "pretrain tiny: start at 0/10 steps"
-    assert [re.fullmatch(r"pretrain tiny: step (\d+)/10, \d+ s, loss \d+\.\d{3}", line).group(1)
+    lines = [line for line in out.splitlines() if line.startswith("pretrain on noisy_arithmetic: ")]
+    assert lines[0] == "pretrain on noisy_arithmetic: start at 0/10 steps"
+    assert [re.fullmatch(r"pretrain on noisy_arithmetic: step (\d+)/10, \d+ s, loss \d+\.\d{3}", line).group(1)
             for line in lines[1:-1]] == [str(step) for step in range(1, 11)]
-    assert re.fullmatch(r"pretrain tiny: trained at 10/10 steps after \d+ s", lines[-1])
+    assert re.fullmatch(r"pretrain on noisy_arithmetic: trained at 10/10 steps after \d+ s", lines[-1])

@@ -280,7 +280,7 @@ def _pretrain(config: TinyConfig, path: Path, progress: bool) -> dict:
         optimizer, lambda s: min(1.0, (s + 1) / config.warmup) * max(0.05, 1 - s / config.steps)
     )
     start = time.time()
-    bar = Progress("pretrain tiny", config.steps, "steps", enabled=progress)
+    bar = Progress(f"pretrain on {config.task}", config.steps, "steps", enabled=progress)
     every = max(1, config.steps // 10)  # outside a terminal: a line per tenth of the steps
     for step in range(config.steps):
         teacher_rng = numpy_generator(config.seed, PretrainKey.TEACHER, step)
