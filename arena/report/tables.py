@@ -175,7 +175,8 @@ def judged(c: Comparison, seeds: int, correction: str) -> str:
 def parts_cell(row: Row) -> str:
     """The tail gain's standard error, split: from training seeds / from the evaluation draw."""
     seed = "0" if row.control else "n/a" if math.isnan(row.tail_gain.seed_se) else f"{row.tail_gain.seed_se:.3f}"
-    return f"{seed} / {row.tail_gain.evaluation_se:.3f}"
+    evaluation = "n/a" if math.isnan(row.tail_gain.evaluation_se) else f"{row.tail_gain.evaluation_se:.3f}"
+    return f"{seed} / {evaluation}"
 
 
 COLUMN_NAMES = ("arm", "seeds", "tail", "over_sharpen", "hard", "mean", "se", "sd", "vs_reference", "verdict", "auc",

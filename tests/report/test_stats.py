@@ -113,6 +113,22 @@ def test_independent_draws_measure_the_spread_the_bootstrap_predicts():
     assert 0.8 < np.mean(predicted) / np.mean(measured) < 1.25, (np.mean(predicted), np.mean(measured))
 
 
+def test_one_seed_has_no_interval_but_keeps_its_evaluation_se():
+    """A one-seed run has no seed variance, so no interval, but its draw's noise is still known: the evaluation
+    SE it reports matches the SD of one seed's gain over independent draws of the same design (it used to read
+    0.000, the field's default)."""
+    generator = np.random.default_rng(29)
+    statistic = stats.tail_gain(0.25)
+    reported, gains = [], []
+    for _ in range(300):
+        draw = evaluation_draw(generator, 1, seed_sd=0.0)
+        interval = stats.gain_interval([draw], statistic, resamples=200)
+        assert not interval.has_interval and math.isnan(interval.seed_se)
+        reported.append(interval.evaluation_se)
+        gains.append(interval.value)
+    assert 0.8 < np.mean(np.square(reported)) / np.var(gains, ddof=1) < 1.25, (np.mean(reported), np.std(gains))
+
+
 # ---------------------------------------------------------------------------------------------
 # equivalence, multiplicity, planning
 
