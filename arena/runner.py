@@ -20,7 +20,9 @@ The other ranks get a tracker that does nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import functools
 import json
 import math
@@ -197,9 +199,27 @@ def start_caches(workdir: Path, run) -> list[Path]:
     return [start_cache(workdir, run, draw) for draw in range(run.evaluation.draws)]
 
 
+@contextlib.contextmanager
+def decoding_once(cache: Path):
+    """Held by rank 0 while it looks for, and if missing decodes, a shared start evaluation: runs of a study that
+    start at once (``--jobs N``) queue on the cache's lock file, so one decodes it and the others read it."""
+    if world()[0] != 0:
+        yield
+        return
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.with_name(cache.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the process dies
+        yield
+
+
 def starting_evaluation(evaluator: Evaluator, policy, cache: Path, say=None) -> tuple[Evaluation, np.ndarray]:
     """The evaluation at budget 0 and the hard subset, shared by every run that starts from this model; ``say``,
     if given, is told when it has to be decoded (minutes at scale, before any bar moves)."""
+    with decoding_once(cache):
+        return _starting_evaluation(evaluator, policy, cache, say)
+
+
+def _starting_evaluation(evaluator: Evaluator, policy, cache: Path, say) -> tuple[Evaluation, np.ndarray]:
     if shared(cache.exists()):  # rank 0 looks, so that all ranks decode or none does
         saved = np.load(cache, allow_pickle=False)
         completions = json.loads(str(saved["completions"]))

@@ -415,3 +415,43 @@ def test_a_runs_threads_follow_the_jobs_asked_for_not_the_runs_left(in_tmp, monk
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     assert [(p.slots, p.threads()) for p in (Placement.auto(4, None, 1), Placement.auto(4, None, 10),
                                              Placement.auto(1, None, 10))] == [(1, 2), (4, 2), (1, 8)]
+
+
+def test_runs_that_start_at_once_decode_the_shared_start_evaluation_once(tmp_path):
+    """Two runs reaching the same start cache together: one decodes it, the other waits on the lock and reads
+    the file (before the lock, each decoded it). Threads stand in for the runs' processes: each opens the lock
+    file itself, and flock excludes two open files as it excludes two processes."""
+    import threading
+    from types import SimpleNamespace
+
+    from arena.evaluate import Evaluation
+    from arena.runner import starting_evaluation
+
+    decodes, entered = [], threading.Barrier(2)
+
+    class SlowEvaluator:
+        spec, draw = SimpleNamespace(prompts=2, samples=1), 0
+
+        def decode(self, policy):
+            decodes.append(threading.get_ident())
+            time.sleep(0.5)  # long enough for the other run to arrive while this one decodes
+            return Evaluation(np.array([[0.25], [0.75]]), [["a"], ["b"]])
+
+        def hard_subset(self, policy):
+            return np.array([True, False])
+
+    results = []
+
+    def run():
+        entered.wait()
+        results.append(starting_evaluation(SlowEvaluator(), SimpleNamespace(model=torch.nn.Linear(1, 1)),
+                                           tmp_path / "study" / "start-x.npz"))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(decodes) == 1
+    assert len(results) == 2 and all(np.array_equal(r[0].rewards, [[0.25], [0.75]]) for r in results)
+    assert all(np.array_equal(r[1], [True, False]) and r[0].completions == [["a"], ["b"]] for r in results)
