@@ -230,8 +230,7 @@ def _starting_evaluation(evaluator: Evaluator, policy, cache: Path, say) -> tupl
             f"samples, and again to pick the hard prompts), once for every run of the study")
     with fsdp.gathered(policy.model):  # every rank decodes its share, as at each evaluation point (``decode``)
         start, hard = evaluator.decode(policy), evaluator.hard_subset(policy)
-    if world()[0] == 0:
-        cache.parent.mkdir(parents=True, exist_ok=True)
+    if world()[0] == 0:  # its folder made by ``decoding_once``
         staging = cache.with_name(cache.name + f".{os.getpid()}.tmp.npz")
         np.savez(staging, rewards=start.rewards, hard=hard, completions=json.dumps(start.completions))
         os.replace(staging, cache)

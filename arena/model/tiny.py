@@ -25,8 +25,8 @@ writes each part right or with its two digits swapped: tokens inside a sub-block
 (``tiny_inblock_checkpoint/``; docs/testbed.md).
 
 One checkpoint per recipe for everyone: the pretrained models ship inside the package
-(``tiny_checkpoint/``, ``tiny_multiblock_checkpoint/``, ``tiny_inblock_checkpoint/``, each with its config digest and held-out
-accuracy in ``pretrain.json``), so every machine starts from the same bytes. ``arena pretrain``
+(``tiny_checkpoint/``, ``tiny_multiblock_checkpoint/``, ``tiny_inblock_checkpoint/``, each with its config
+digest and held-out accuracy in ``pretrain.json``), so every machine starts from the same bytes. ``arena pretrain``
 rebuilds one single-threaded (keyed init and draws, one thread: as reproducible as the CPU allows)
 and compares the rebuild with the shipped accuracy.
 """

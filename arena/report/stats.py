@@ -79,7 +79,8 @@ def combine(value: float, seed_parts: list[tuple[float, int]], evaluation_var: f
     for a control (no seed variance); ``evaluation_var`` is V_evaluation. No interval when an arm has one seed."""
     fewest = min(n for _, n in seed_parts) if seeds is None else seeds
     if any(n == 1 for _, n in seed_parts) or not math.isfinite(evaluation_var):
-        return Interval(value, seeds=fewest, evaluation_se=math.sqrt(evaluation_var))  # nan when not finite
+        return Interval(value, seeds=fewest,
+                        evaluation_se=math.sqrt(evaluation_var) if math.isfinite(evaluation_var) else math.nan)
     seed_var = sum(v for v, n in seed_parts if n > 1)
     denominator = sum(v**2 / (n - 1) for v, n in seed_parts if n > 1)
     total = seed_var + evaluation_var
